@@ -1,0 +1,3 @@
+"""lightning_dpot: differentially private generative models with optimal-transport losses."""
+
+__version__ = "0.1.0"
