@@ -1,0 +1,27 @@
+"""Datasets with declared bounds, local privatization and sampling."""
+
+from lightning_dpot.data.denoise import wavelet_denoise
+from lightning_dpot.data.images import MNIST, CelebA, FashionMNIST, ImageFolder
+from lightning_dpot.data.manifolds import Ellipse, GaussianMixture2D, HalfCircle, Rectangle
+from lightning_dpot.data.privatized import PrivatizedDataModule
+from lightning_dpot.data.release import Release
+from lightning_dpot.data.sources import DataSource, DataSplits
+from lightning_dpot.data.tabular import Digits, TensorFile
+
+__all__ = [
+    "MNIST",
+    "CelebA",
+    "FashionMNIST",
+    "ImageFolder",
+    "wavelet_denoise",
+    "DataSource",
+    "DataSplits",
+    "Digits",
+    "Ellipse",
+    "GaussianMixture2D",
+    "HalfCircle",
+    "PrivatizedDataModule",
+    "Rectangle",
+    "Release",
+    "TensorFile",
+]

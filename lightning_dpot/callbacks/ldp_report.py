@@ -1,0 +1,33 @@
+"""The local-DP privacy report: logged once at the start of fitting, written to report.json.
+
+For locally privatized data the guarantee is fixed when the release is made; training is
+post-processing and spends nothing (paper 001, Remark 1), so there is nothing to accumulate.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+
+class LDPPrivacyReport(Callback):
+    """Reads ``trainer.datamodule.privacy_report()`` and logs it as hyperparameters."""
+
+    report_key = "privacy"
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        report = self._report(trainer)
+        if report is None:
+            return
+        for logger in trainer.loggers:
+            logger.log_hyperparams({f"privacy/{k}": v for k, v in report.items()})
+
+    def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict | None:
+        return self._report(trainer)
+
+    @staticmethod
+    def _report(trainer: L.Trainer) -> dict | None:
+        datamodule = trainer.datamodule
+        if datamodule is None or not hasattr(datamodule, "privacy_report"):
+            return None
+        return datamodule.privacy_report()

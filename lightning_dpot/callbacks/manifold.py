@@ -1,0 +1,77 @@
+"""Evaluation of 2-D runs: distance of generated samples to the true support, and a scatter plot
+of raw / privatized / generated points (paper 001 Fig. 1–2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+
+class ManifoldEvaluation(Callback):
+    """Logs ``manifold_error`` = mean over generated x of dist(x, support) every
+    ``every_n_epochs`` and at the end of fitting, where the plot ``scatter.png`` is saved to the
+    run directory and sent to the logger.
+
+    Needs a datamodule whose source defines ``distance_to_support`` (the 2-D sources).
+    """
+
+    def __init__(self, num_samples: int = 5000, every_n_epochs: int = 10, plot: bool = True):
+        self.num_samples = num_samples
+        self.every_n_epochs = every_n_epochs
+        self.plot = plot
+
+    def _error(
+        self, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> tuple[float, torch.Tensor]:
+        source = trainer.datamodule.source
+        if source is None or not hasattr(source, "distance_to_support"):
+            raise ValueError("ManifoldEvaluation needs a 2-D source with a known support")
+        samples = pl_module.sample(self.num_samples)
+        return float(source.distance_to_support(samples).mean()), samples
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            error, _ = self._error(trainer, pl_module)
+            pl_module.log("manifold_error", error, prog_bar=True)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        error, samples = self._error(trainer, pl_module)
+        trainer.callback_metrics["manifold_error"] = torch.tensor(error)
+        for logger in trainer.loggers:
+            logger.log_metrics({"manifold_error": error}, step=trainer.global_step)
+        if self.plot and trainer.is_global_zero:
+            path = Path(trainer.log_dir or trainer.default_root_dir) / "scatter.png"
+            self.save_scatter(trainer, samples, path, error)
+            for logger in trainer.loggers:
+                if hasattr(logger, "log_image"):
+                    logger.log_image(key="scatter", images=[str(path)])
+
+    @staticmethod
+    def save_scatter(trainer: L.Trainer, samples: torch.Tensor, path: Path, error: float) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        dm = trainer.datamodule
+        panels = [
+            ("raw (held-out)", dm.test_data),
+            ("privatized", dm.release),
+            (f"generated (error {error:.3f})", samples),
+        ]
+        fig, axes = plt.subplots(1, 3, figsize=(12, 4), sharex=True, sharey=True)
+        for ax, (title, pts) in zip(axes, panels, strict=True):
+            if pts is not None:
+                pts = pts[: len(samples)].reshape(-1, 2)
+                ax.scatter(pts[:, 0], pts[:, 1], s=1, alpha=0.3)
+            ax.set_title(title)
+            ax.set_xlim(-4, 4)
+            ax.set_ylim(-4, 4)
+            ax.set_aspect("equal")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)

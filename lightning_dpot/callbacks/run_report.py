@@ -1,0 +1,61 @@
+"""``report.json``: one file per run with the final metrics, the privacy report and the config.
+
+Any callback that defines ``report_section(trainer, pl_module) -> dict`` contributes a section
+under its ``report_key`` (e.g. the LDP report under ``privacy``), so new callbacks extend the
+report without touching this one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+
+def _scalar(value) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def update_report(path: str | Path, sections: dict) -> dict:
+    """Merge ``sections`` into the JSON object at ``path`` (created if absent)."""
+    path = Path(path)
+    report = json.loads(path.read_text()) if path.is_file() else {}
+    report.update(sections)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
+    return report
+
+
+class RunReport(Callback):
+    """Writes ``<log_dir>/report.json`` at the end of fitting (rank 0)."""
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        if not trainer.is_global_zero:
+            return
+        sections: dict = {
+            "method": type(pl_module).__name__,
+            "metrics": {
+                k: v
+                for k, v in ((k, _scalar(v)) for k, v in trainer.callback_metrics.items())
+                if v is not None
+            },
+            "global_step": trainer.global_step,
+            "epochs": trainer.current_epoch,
+            "config_path": str(log_dir / "config.yaml")
+            if (log_dir / "config.yaml").is_file()
+            else None,
+        }
+        if hasattr(pl_module, "loss_description"):
+            sections["loss"] = pl_module.loss_description()
+        for callback in trainer.callbacks:
+            if hasattr(callback, "report_section"):
+                sections[callback.report_key] = callback.report_section(trainer, pl_module)
+        update_report(log_dir / "report.json", sections)

@@ -1,0 +1,104 @@
+"""The ``dpot`` command.
+
+* ``dpot fit | validate | test | predict`` — LightningCLI over any method module and datamodule
+  (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir.
+* ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
+  section of a config, for a trainer that must never see raw data.
+* ``dpot account ...`` — privacy calculators (``dpot account --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import lightning as L
+from lightning.pytorch.cli import LightningCLI
+
+from lightning_dpot.callbacks import LDPPrivacyReport, RunReport
+from lightning_dpot.commands import account
+
+EXTRA_COMMANDS = {
+    "privatize": "privatize a dataset once (local DP) and write the release file",
+    "account": "privacy calculators: calibration, composition, shuffling, WDP",
+}
+
+
+def run_lightning(args: Sequence[str]) -> LightningCLI:
+    """LightningCLI over any module/datamodule; the LDP privacy report and the run report
+    (report.json) are attached to every run, after the config's own callbacks."""
+    return LightningCLI(
+        L.LightningModule,
+        L.LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
+        save_config_kwargs={"overwrite": True},
+        args=list(args),
+    )
+
+
+def _datamodule_from_config(path: str) -> L.LightningDataModule:
+    import yaml
+    from jsonargparse import ArgumentParser
+
+    with open(path) as fh:
+        config = yaml.safe_load(fh)
+    section = config.get("data", config) if isinstance(config, dict) else None
+    if not isinstance(section, dict):
+        raise SystemExit(f"dpot privatize: error: config={path!r} has no 'data' section")
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    init = parser.instantiate_classes(parser.parse_object({"data": section}))
+    return init.data
+
+
+def privatize(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser(prog="dpot privatize", description=EXTRA_COMMANDS["privatize"])
+    parser.add_argument("--config", required=True, help="YAML with a `data:` section")
+    parser.add_argument("--output", required=True, help="path of the release file to write")
+    args = parser.parse_args(argv)
+    datamodule = _datamodule_from_config(args.config)
+    if not hasattr(datamodule, "write_release"):
+        raise SystemExit("dpot privatize: error: the data section must be a PrivatizedDataModule")
+    path = datamodule.write_release(args.output)
+    print(json.dumps({"release": str(path), "privacy": datamodule.privacy_report()}, indent=2))
+
+
+def account_main(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="dpot account",
+        description="Privacy calculators. Each prints one JSON object.",
+    )
+    account.build_parser(parser)
+    account.run(parser.parse_args(argv))
+
+
+def _top_level_help() -> str:
+    lines = ["usage: dpot COMMAND [options]", "", "commands:"]
+    lines += [
+        f"  {c:<10} train/evaluate with LightningCLI (--config FILE)"
+        for c in ("fit", "validate", "test", "predict")
+    ]
+    lines += [f"  {c:<10} {h}" for c, h in EXTRA_COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_top_level_help())
+        return
+    command, rest = argv[0], argv[1:]
+    if command == "privatize":
+        privatize(rest)
+    elif command == "account":
+        account_main(rest)
+    else:
+        run_lightning(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""``dpot account``: privacy calculators, each printing one JSON object.
+
+Every subcommand is registered by an ``_add_<name>(subparsers)`` function listed in
+``_SUBCOMMANDS``; it sets ``func`` to a callable ``(args) -> dict`` whose result is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+
+def _print_json(result: dict) -> None:
+    print(json.dumps(result, indent=2, sort_keys=True))
+
+
+def _calibrate(args: argparse.Namespace) -> dict:
+    from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
+    from lightning_dpot.privacy.validation import check_epsilon, check_positive
+
+    if args.mechanism == "laplace":
+        if args.delta is not None:
+            raise ValueError("--delta does not apply to the pure-DP Laplace mechanism")
+        sensitivity = check_positive("sensitivity", args.sensitivity)
+        if args.scale is not None:
+            scale = check_positive("scale", args.scale)
+            return {
+                "mechanism": "laplace",
+                "scale": scale,
+                "epsilon": sensitivity / scale,
+                "sensitivity_l1": sensitivity,
+            }
+        epsilon = check_epsilon(_required(args.epsilon, "--epsilon or --scale"))
+        return {
+            "mechanism": "laplace",
+            "scale": sensitivity / epsilon,
+            "epsilon": epsilon,
+            "sensitivity_l1": sensitivity,
+        }
+    delta = _required(args.delta, "--delta")
+    if args.sigma is not None:
+        epsilon = gaussian_epsilon(args.sigma, delta, args.sensitivity, args.method)
+        sigma = args.sigma
+    else:
+        epsilon = _required(args.epsilon, "--epsilon or --sigma")
+        sigma = gaussian_sigma(epsilon, delta, args.sensitivity, args.method)
+    return {
+        "mechanism": "gaussian",
+        "calibration": args.method,
+        "sigma": sigma,
+        "epsilon": epsilon,
+        "delta": delta,
+        "sensitivity_l2": args.sensitivity,
+    }
+
+
+def _required(value, flag: str):
+    if value is None:
+        raise ValueError(f"{flag} is required")
+    return value
+
+
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="noise for one (ε, δ)-DP release: Laplace scale b = Δ1/ε, or Gaussian σ "
+        "(analytic by default); or ε from a given scale",
+    )
+    p.add_argument("--mechanism", choices=["gaussian", "laplace"], required=True)
+    p.add_argument("--epsilon", type=float, help="target ε (or give --sigma / --scale)")
+    p.add_argument("--delta", type=float, help="δ in (0, 1), Gaussian only")
+    p.add_argument("--sensitivity", type=float, required=True, help="Δ2 (Gaussian) or Δ1 (Laplace)")
+    p.add_argument(
+        "--method",
+        choices=["analytic", "zhao", "classical"],
+        default="analytic",
+        help="Gaussian calibration (default: analytic, Balle & Wang 2018)",
+    )
+    p.add_argument("--sigma", type=float, help="Gaussian std: report its ε instead")
+    p.add_argument("--scale", type=float, help="Laplace scale: report its ε instead")
+    p.set_defaults(func=_calibrate)
+
+
+def _shuffle(args: argparse.Namespace) -> dict:
+    from lightning_dpot.privacy.shuffling import (
+        closed_form_max_epsilon0,
+        shuffle_epsilon_closed_form,
+        shuffle_epsilon_numerical,
+    )
+
+    numerical = shuffle_epsilon_numerical(args.epsilon0, args.n, args.delta)  # validates inputs
+    result = {
+        "guarantee": "(ε, δ)-DP in the central model for n shuffled pure ε0-LDP reports, "
+        "replace-one adjacency; δ is the amplification bound's only failure probability",
+        "reference": "Feldman, McMillan, Talwar 2021 (Hiding among the clones): "
+        "Theorem 3.1 (closed form) and the numerical clone bound",
+        "epsilon0": args.epsilon0,
+        "n": args.n,
+        "delta": args.delta,
+        "epsilon_numerical": numerical,
+        "closed_form_max_epsilon0": closed_form_max_epsilon0(args.n, args.delta),
+    }
+    try:
+        result["epsilon_closed_form"] = shuffle_epsilon_closed_form(
+            args.epsilon0, args.n, args.delta
+        )
+    except ValueError as err:  # outside Theorem 3.1's range: report why, keep the numerical bound
+        result["epsilon_closed_form"] = None
+        result["closed_form_error"] = str(err)
+    return result
+
+
+def _add_shuffle(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "shuffle",
+        help="central (ε, δ)-DP of n shuffled pure ε0-LDP reports (amplification by shuffling, "
+        "Feldman-McMillan-Talwar 2021): closed form and numerical bound",
+    )
+    p.add_argument("--epsilon0", type=float, required=True, help="pure local ε0 of each report")
+    p.add_argument("--n", type=int, required=True, help="number of shuffled reports (users)")
+    p.add_argument("--delta", type=float, required=True, help="central δ in (0, 1)")
+    p.set_defaults(func=_shuffle)
+
+
+def _wdp(args: argparse.Namespace) -> dict:
+    from lightning_dpot.privacy.wdp import wdp_gaussian, wdp_laplace
+
+    compute = wdp_gaussian if args.mechanism == "gaussian" else wdp_laplace
+    return compute(args.scale, args.sensitivity, args.order).to_dict()
+
+
+def _add_wdp(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "wdp",
+        help="Wasserstein DP (paper 003, Prop. 7/8) of one Gaussian or Laplace release: "
+        "WDP (μ, ε), a Wasserstein distance, not an (ε, δ)-DP guarantee",
+    )
+    p.add_argument("--mechanism", choices=["gaussian", "laplace"], required=True)
+    p.add_argument("--scale", type=float, required=True, help="Gaussian σ or Laplace scale λ")
+    p.add_argument("--sensitivity", type=float, required=True, help="sensitivity Δ")
+    p.add_argument("--order", type=float, required=True, help="Wasserstein order μ >= 1")
+    p.set_defaults(func=_wdp)
+
+
+def _wdp_sgm(args: argparse.Namespace) -> dict:
+    from lightning_dpot.privacy.wdp import wasserstein_accountant
+
+    return wasserstein_accountant(
+        noise_multiplier=args.noise_multiplier,
+        sample_rate=args.sample_rate,
+        steps=args.steps,
+        sensitivity=args.sensitivity,
+        order=args.order,
+        beta=args.beta,
+        delta=args.delta,
+    ).to_dict()
+
+
+def _add_wdp_sgm(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "wdp-sgm",
+        help="generalized WDP (μ, ε) of T Poisson-subsampled Gaussian steps (paper 003 "
+        "Wasserstein accountant, worst-case Δ); δ is WDP's failure probability, not DP's δ",
+    )
+    p.add_argument("--noise-multiplier", type=float, required=True, help="σ / Δ")
+    p.add_argument("--sample-rate", type=float, required=True, help="Poisson rate q in (0, 1]")
+    p.add_argument("--steps", type=int, required=True, help="number of steps T")
+    p.add_argument("--sensitivity", type=float, required=True, help="ℓ2 sensitivity Δ (clip norm)")
+    p.add_argument("--order", type=float, required=True, help="Wasserstein order μ >= 1")
+    p.add_argument("--beta", type=float, required=True, help="β > 0 of paper 003 Theorem 1")
+    p.add_argument("--delta", type=float, required=True, help="WDP failure probability in (0, 1)")
+    p.set_defaults(func=_wdp_sgm)
+
+
+_SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_calibrate]
+_SUBCOMMANDS += [_add_shuffle, _add_wdp, _add_wdp_sgm]
+
+
+def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Attach the ``account`` subcommands to ``parser``."""
+    sub = parser.add_subparsers(dest="account_command", required=True, metavar="GUARANTEE")
+    for add in _SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    try:
+        result = args.func(args)
+    except ValueError as err:
+        raise SystemExit(f"dpot account {args.account_command}: error: {err}") from err
+    _print_json(result)

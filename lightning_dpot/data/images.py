@@ -1,0 +1,532 @@
+"""Image datasets with declared pixel bounds [−1, 1] (papers 001 §IV-B…IV-G, 002 §5, 004 §5).
+
+Every source here scales 8-bit pixels v ∈ {0, …, 255} to x = v / 127.5 − 1 ∈ [−1, 1] and
+declares ``low = −1``, ``high = 1``. With d = C·H·W pixels the declared box gives the sensitivities
+of SPEC §3 without looking at any record:
+
+    Δ1 = d · (high − low) = 2·d,    Δ2 = √d · (high − low) = 2·√d,
+
+e.g. 28×28 MNIST: Δ1 = 1568, Δ2 = 56 (paper 001 §IV-B). Zero-padding to a larger canvas (paper
+004 pads MNIST to 32×32) fills the border with the constant −1, identical in every record, so the
+border adds nothing to ‖x − x'‖ and :meth:`~lightning_dpot.data.sources.DataSource.diameter` keeps
+the 28×28 value (a public, tighter bound; the box bound 2·32² would also be valid but loose).
+
+Labels are carried along (int64 class indices) for conditional methods and utility metrics.
+
+Sources:
+
+- :class:`MNIST`, :class:`FashionMNIST`: through ``torchvision.datasets`` with a local ``root``
+  (``download`` optional, never required), or straight from the official IDX ``.gz`` files in a
+  folder (``idx_dir``), e.g. the shipped MNIST test split or the Debian package
+  ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). ``split="test-only"``
+  loads only the ``t10k`` files and makes a seeded train/test split of them.
+- :class:`CelebA`: ``torchvision.datasets.CelebA`` from a local root, center crop and resize,
+  an optional binary attribute (default ``Male``, the gender label of paper 002 §5.3) as label.
+- :class:`ImageFolder`: user images in ``root/<class>/<image>``, labels from the folder names.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from lightning_dpot.data.sources import DataSource, DataSplits, seeded_split
+from lightning_dpot.privacy.validation import check_nonnegative_int, check_positive_int
+
+SplitMode = Literal["official", "test-only"]
+
+# Official IDX file names (LeCun et al.; Fashion-MNIST uses the same names and format).
+IDX_FILES: dict[str, tuple[str, str]] = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+_IDX_DTYPES = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+
+
+# -- pixel helpers -------------------------------------------------------------------------------
+def scale_pixels(images: Tensor) -> Tensor:
+    """8-bit pixels v ∈ {0, …, 255} → float32 x = v / 127.5 − 1 ∈ [−1, 1] (0 ↦ −1, 255 ↦ 1
+    exactly)."""
+    return images.to(torch.float32) / 127.5 - 1.0
+
+
+def pad_to(images: Tensor, image_size: int, value: float = -1.0) -> Tensor:
+    """Zero-pad (at ``value``, the declared lower bound, i.e. black) the last two axes of
+    ``images`` symmetrically to ``image_size × image_size`` (an odd margin puts the extra pixel
+    at the bottom/right)."""
+    h, w = images.shape[-2:]
+    if image_size < max(h, w):
+        raise ValueError(f"image_size must be >= {max(h, w)} to pad, got {image_size!r}")
+    top, left = (image_size - h) // 2, (image_size - w) // 2
+    pad = (left, image_size - w - left, top, image_size - h - top)
+    if not any(pad):
+        return images
+    return F.pad(images, pad, value=value)
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read an IDX file (the MNIST format: magic ``0 0 type ndim``, ``ndim`` big-endian int32
+    sizes, then the data), gzip-compressed (``.gz``) or not."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        raw = fh.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()!r})")
+    dtype, ndim = _IDX_DTYPES[raw[2]], raw[3]
+    shape = tuple(int(s) for s in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
+    offset = 4 + 4 * ndim
+    count = math.prod(shape)
+    if len(raw) - offset != count * dtype.itemsize:
+        raise ValueError(
+            f"{path}: header declares shape {shape} ({count * dtype.itemsize} bytes of data) "
+            f"but the file holds {len(raw) - offset} bytes"
+        )
+    return np.frombuffer(raw, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+
+def find_idx_file(folder: Path, name: str) -> Path | None:
+    """``folder/name`` or ``folder/name.gz``, whichever exists (uncompressed first)."""
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _check_test_size(test_size: int | float) -> int | float:
+    if isinstance(test_size, bool) or not isinstance(test_size, (int, float)):
+        raise ValueError(
+            f"test_size must be a count (int >= 0) or a fraction in [0, 1), got {test_size!r}"
+        )
+    if isinstance(test_size, int):
+        return check_nonnegative_int("test_size", test_size)
+    if not (math.isfinite(test_size) and 0.0 <= test_size < 1.0):
+        raise ValueError(f"test_size as a fraction must lie in [0, 1), got {test_size!r}")
+    return float(test_size)
+
+
+def split_indices(n: int, test_size: int | float, split_seed: int) -> tuple[Tensor, Tensor]:
+    """Seeded, disjoint train/test indices of ``range(n)``; ``test_size`` is a count (int) or a
+    fraction (float). Same permutation as :func:`~lightning_dpot.data.sources.seeded_split`."""
+    test_size = _check_test_size(test_size)
+    n_test = test_size if isinstance(test_size, int) else int(round(n * test_size))
+    if n_test >= n:
+        raise ValueError(f"test_size must leave training records: got {test_size!r} of n={n}")
+    return seeded_split(n, n_test / n, split_seed)
+
+
+def _check_limit(limit: int | None) -> int | None:
+    return None if limit is None else check_positive_int("limit", limit)
+
+
+def _head(x: Tensor | None, limit: int | None) -> Tensor | None:
+    return x if x is None or limit is None else x[:limit]
+
+
+# -- MNIST and Fashion-MNIST ---------------------------------------------------------------------
+class _IDXImages(DataSource):
+    """28×28 grayscale IDX datasets (MNIST, Fashion-MNIST): torchvision root or IDX folder."""
+
+    low, high = -1.0, 1.0
+    num_classes = 10
+    _torchvision_name = ""
+    _how_to_get = ""
+
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        *,
+        idx_dir: str | Path | None = None,
+        download: bool = False,
+        split: SplitMode = "official",
+        test_size: int | float = 2000,
+        split_seed: int = 0,
+        image_size: int = 28,
+        limit: int | None = None,
+    ) -> None:
+        name = type(self).__name__
+        if (root is None) == (idx_dir is None):
+            raise ValueError(
+                f"{name}: give exactly one of root (a torchvision root holding "
+                f"root/{self._torchvision_name}/raw) or idx_dir (a folder with the IDX files), "
+                f"got root={root!r}, idx_dir={idx_dir!r}"
+            )
+        if download and root is None:
+            raise ValueError(f"{name}: download=True needs root (torchvision downloads into it)")
+        if split not in ("official", "test-only"):
+            raise ValueError(f"split must be 'official' or 'test-only', got {split!r}")
+        if isinstance(image_size, bool) or int(image_size) != image_size or image_size < 28:
+            raise ValueError(f"image_size must be an integer >= 28 (pad only), got {image_size!r}")
+        self.root = None if root is None else str(root)
+        self.idx_dir = None if idx_dir is None else str(idx_dir)
+        self.split = split
+        self.test_size = _check_test_size(test_size)
+        self.split_seed = int(split_seed)
+        self.image_size = int(image_size)
+        self.limit = _check_limit(limit)
+        self._download = bool(download)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:  # type: ignore[override]
+        return (1, self.image_size, self.image_size)
+
+    def diameter(self, p: float) -> float:
+        """‖x − x'‖_p ≤ (28·28)^(1/p)·(high − low): the −1 border added by padding is the same
+        in every record, so only the 28×28 content counts."""
+        return (28 * 28) ** (1.0 / p) * (self.high - self.low)
+
+    # -- reading ------------------------------------------------------------------------------
+    def _read_split(self, which: str) -> tuple[Tensor, Tensor]:
+        """Raw uint8 images (n, 28, 28) and int64 labels (n,) of the official ``which`` split."""
+        if self.idx_dir is not None:
+            return self._read_idx_dir(which)
+        return self._read_torchvision(which)
+
+    def _read_idx_dir(self, which: str) -> tuple[Tensor, Tensor]:
+        folder = Path(self.idx_dir)  # type: ignore[arg-type]
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"idx_dir={self.idx_dir!r} is not a directory. {self._how_to_get}"
+            )
+        paths = [find_idx_file(folder, name) for name in IDX_FILES[which]]
+        if any(p is None for p in paths):
+            missing = [n for n, p in zip(IDX_FILES[which], paths, strict=True) if p is None]
+            hint = (
+                " A folder with only the t10k files (like shared/data/mnist-test) needs "
+                "split='test-only'."
+                if which == "train"
+                else ""
+            )
+            raise FileNotFoundError(
+                f"idx_dir={self.idx_dir!r} lacks {', '.join(missing)} (or the .gz).{hint} "
+                f"{self._how_to_get}"
+            )
+        images, labels = (read_idx(p) for p in paths)  # type: ignore[arg-type]
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise ValueError(
+                f"idx_dir={self.idx_dir!r}: expected images (n, H, W) and labels (n,), "
+                f"got {images.shape} and {labels.shape}"
+            )
+        return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+
+    def _read_torchvision(self, which: str) -> tuple[Tensor, Tensor]:
+        """Through ``torchvision.datasets``; where torchvision refuses a partial root (it wants
+        all four files even for one split), the needed files are read from its raw folder."""
+        import torchvision.datasets as tvd
+
+        root = Path(self.root)  # type: ignore[arg-type]
+        if not self._download and not root.is_dir():
+            raise FileNotFoundError(
+                f"root={self.root!r} is not a directory (download=False). {self._how_to_get}"
+            )
+        dataset_cls = getattr(tvd, self._torchvision_name)
+        try:
+            ds = dataset_cls(str(root), train=which == "train", download=self._download)
+        except RuntimeError as err:
+            raw = root / self._torchvision_name / "raw"
+            paths = [find_idx_file(raw, name) for name in IDX_FILES[which]]
+            if all(p is not None for p in paths):
+                images, labels = (read_idx(p) for p in paths)  # type: ignore[arg-type]
+                return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+            raise FileNotFoundError(
+                f"{self._torchvision_name} files not found under root={self.root!r}: expected "
+                f"the IDX files {', '.join(IDX_FILES[which])} in {raw} ({err}). Pass "
+                f"download=True to fetch them, place the official files there, or read the .gz "
+                f"files from any folder with idx_dir=. {self._how_to_get}"
+            ) from err
+        return ds.data.clone(), ds.targets.to(torch.int64).clone()
+
+    def _finish(self, images: Tensor) -> Tensor:
+        return pad_to(scale_pixels(images).unsqueeze(1), self.image_size)
+
+    def load(self) -> DataSplits:
+        """``split="official"``: the official train and test files. ``split="test-only"``: only
+        the ``t10k`` files, split with :func:`split_indices` (``test_size``, ``split_seed``).
+        ``limit`` keeps the first ``limit`` records of each split (after the seeded split)."""
+        if self.split == "official":
+            x_train, y_train = self._read_split("train")
+            x_test, y_test = self._read_split("test")
+        else:
+            x, y = self._read_split("test")
+            train, test = split_indices(len(x), self.test_size, self.split_seed)
+            x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
+        x_train, y_train = _head(x_train, self.limit), _head(y_train, self.limit)
+        x_test, y_test = _head(x_test, self.limit), _head(y_test, self.limit)
+        if len(x_test) == 0:
+            return DataSplits(self._finish(x_train), y_train)
+        return DataSplits(self._finish(x_train), y_train, self._finish(x_test), y_test)
+
+
+class MNIST(_IDXImages):
+    """MNIST handwritten digits (LeCun, Cortes; CC BY-SA 3.0), 28×28, 10 classes, pixels in
+    [−1, 1] (paper 001 §IV-B: Δ1 = 2·28² = 1568, Δ2 = 56).
+
+    Args:
+        root: torchvision root; files in ``root/MNIST/raw`` (uncompressed IDX).
+        idx_dir: alternatively, a folder with the IDX files (``.gz`` or not), e.g. the shipped
+            ``shared/data/mnist-test`` (test split only: use ``split="test-only"``).
+        download: let torchvision download into ``root`` (never required).
+        split: ``"official"`` (60,000 / 10,000) or ``"test-only"`` (the 10,000 test images,
+            split with ``test_size`` / ``split_seed``, e.g. 8,000 / 2,000).
+        test_size: held-out count (int) or fraction (float in [0, 1)) for ``"test-only"``.
+        split_seed: seed of the ``"test-only"`` split.
+        image_size: pad the 28×28 images at value −1 to this size (e.g. 32, paper 004 §5).
+        limit: keep the first ``limit`` records of each split (tiny runs).
+    """
+
+    _torchvision_name = "MNIST"
+    _how_to_get = (
+        "The official MNIST test split ships in shared/data/mnist-test (idx_dir=..., "
+        "split='test-only'); torchvision can download the full set with download=True."
+    )
+
+
+class FashionMNIST(_IDXImages):
+    """Fashion-MNIST clothing images (Xiao et al. 2017; MIT), 28×28, 10 classes, pixels in
+    [−1, 1] (paper 001 §IV-F, IV-G).
+
+    Same arguments as :class:`MNIST`; torchvision reads ``root/FashionMNIST/raw``. The Debian
+    package ``dataset-fashion-mnist`` installs the four official ``.gz`` files in
+    :attr:`DEBIAN_IDX_DIR`, readable directly with ``idx_dir=FashionMNIST.DEBIAN_IDX_DIR``.
+    """
+
+    DEBIAN_IDX_DIR = "/usr/share/datasets/fashion-mnist"
+    _torchvision_name = "FashionMNIST"
+    _how_to_get = (
+        "Install the files with `apt-get install -y dataset-fashion-mnist` and pass "
+        f"idx_dir='{DEBIAN_IDX_DIR}', or let torchvision download them with download=True."
+    )
+
+
+# -- CelebA and image folders --------------------------------------------------------------------
+class _ImagesOnly(Dataset):
+    """A view of an image dataset that yields only the transformed image (labels are read in
+    bulk from the wrapped dataset instead)."""
+
+    def __init__(self, dataset: Dataset, indices: Tensor) -> None:
+        self.dataset = dataset
+        self.indices = indices.tolist()
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Tensor:
+        return self.dataset[self.indices[i]][0]
+
+
+def _load_images(dataset: Dataset, indices: Tensor, num_workers: int) -> Tensor:
+    """uint8 images of ``dataset`` at ``indices``, stacked and scaled to [−1, 1]."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(_ImagesOnly(dataset, indices), batch_size=256, num_workers=num_workers)
+    batches = [scale_pixels(batch) for batch in loader]
+    if not batches:
+        raise ValueError("no images to load (empty split)")
+    return torch.cat(batches)
+
+
+def _check_image_size(image_size: int) -> int:
+    return check_positive_int("image_size", image_size)
+
+
+class CelebA(DataSource):
+    """CelebA aligned faces (Liu et al. 2015) through ``torchvision.datasets.CelebA``, RGB,
+    center-cropped to ``crop_size`` and resized to ``image_size`` (64 by default; paper 002 §5.3
+    uses 32), pixels in [−1, 1]: Δ1 = 2·3·s², Δ2 = 2·√(3·s²).
+
+    The official partitions are used: ``train`` (162,770 images) and ``test`` (19,962). Memory:
+    3·s²·4 bytes per image, ≈ 49 KB at s = 64, ≈ 8 GB for the full train split; use ``limit``
+    for small runs.
+
+    Args:
+        root: torchvision root: ``root/celeba/img_align_celeba/`` and the ``list_*.txt`` files.
+        image_size: side s of the square output.
+        crop_size: side of the center crop taken before resizing (178 = the image width).
+        label_attribute: the binary attribute used as class label (0/1), e.g. ``"Male"``
+            (paper 002's gender-conditional CelebA); ``None`` for no labels.
+        download: let torchvision download into ``root`` (never required; Google Drive quotas
+            often refuse it).
+        limit: keep the first ``limit`` images of each split.
+        num_workers: DataLoader workers used to decode the images.
+    """
+
+    low, high = -1.0, 1.0
+
+    def __init__(
+        self,
+        root: str | Path,
+        image_size: int = 64,
+        crop_size: int = 178,
+        label_attribute: str | None = "Male",
+        download: bool = False,
+        limit: int | None = None,
+        num_workers: int = 0,
+    ) -> None:
+        self.root = str(root)
+        self.image_size = _check_image_size(image_size)
+        self.crop_size = check_positive_int("crop_size", crop_size)
+        self.label_attribute = label_attribute
+        self.limit = _check_limit(limit)
+        self._download = bool(download)
+        self._num_workers = check_nonnegative_int("num_workers", num_workers)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:  # type: ignore[override]
+        return (3, self.image_size, self.image_size)
+
+    @property
+    def num_classes(self) -> int | None:  # type: ignore[override]
+        return None if self.label_attribute is None else 2
+
+    def _dataset(self, split: str):
+        import torchvision.datasets as tvd
+        import torchvision.transforms as T
+
+        root = Path(self.root)
+        how = (
+            "Place the aligned images in root/celeba/img_align_celeba/ and the list_*.txt / "
+            "identity_CelebA.txt files in root/celeba/ (from the CelebA website), or pass "
+            "download=True."
+        )
+        if not self._download and not root.is_dir():
+            raise FileNotFoundError(f"root={self.root!r} is not a directory. {how}")
+        transform = T.Compose(
+            [
+                T.CenterCrop(self.crop_size),
+                T.Resize(self.image_size, antialias=True),
+                T.PILToTensor(),
+            ]
+        )
+        try:
+            return tvd.CelebA(
+                str(root),
+                split=split,
+                target_type=[],
+                transform=transform,
+                download=self._download,
+            )
+        except RuntimeError as err:
+            raise FileNotFoundError(
+                f"CelebA not found under root={self.root!r} ({err}). {how}"
+            ) from err
+
+    def _split(self, split: str) -> tuple[Tensor, Tensor | None]:
+        ds = self._dataset(split)
+        n = len(ds) if self.limit is None else min(self.limit, len(ds))
+        labels = None
+        if self.label_attribute is not None:
+            names = list(ds.attr_names)
+            if self.label_attribute not in names:
+                raise ValueError(
+                    f"label_attribute must be one of {names} or None, got {self.label_attribute!r}"
+                )
+            labels = ds.attr[:n, names.index(self.label_attribute)].to(torch.int64)
+        return _load_images(ds, torch.arange(n), self._num_workers), labels
+
+    def load(self) -> DataSplits:
+        x_train, y_train = self._split("train")
+        x_test, y_test = self._split("test")
+        return DataSplits(x_train, y_train, x_test, y_test)
+
+
+class ImageFolder(DataSource):
+    """User images laid out as ``root/<class name>/<image file>`` (torchvision ``ImageFolder``);
+    labels are the indices of the sorted class-folder names. Images are resized (shorter side)
+    and center-cropped to ``image_size``, converted to grayscale (1 channel) or RGB (3), pixels
+    scaled to [−1, 1].
+
+    Args:
+        root: the folder of class folders.
+        image_size: side s of the square output; Δ1 = 2·C·s², Δ2 = 2·√(C·s²).
+        grayscale: one channel instead of three.
+        test_size: held-out count (int) or fraction (float in [0, 1)); 0 keeps no test split.
+        split_seed: seed of the split (records are taken in this seeded order, also when
+            ``test_size`` is 0, so that ``limit`` picks a random subset, not the first class).
+        limit: keep the first ``limit`` records of each split.
+        num_workers: DataLoader workers used to decode the images.
+    """
+
+    low, high = -1.0, 1.0
+
+    def __init__(
+        self,
+        root: str | Path,
+        image_size: int = 64,
+        grayscale: bool = False,
+        test_size: int | float = 0.0,
+        split_seed: int = 0,
+        limit: int | None = None,
+        num_workers: int = 0,
+    ) -> None:
+        self.root = str(root)
+        self.image_size = _check_image_size(image_size)
+        self.grayscale = bool(grayscale)
+        self.test_size = _check_test_size(test_size)
+        self.split_seed = int(split_seed)
+        self.limit = _check_limit(limit)
+        self._num_workers = check_nonnegative_int("num_workers", num_workers)
+        self._classes: list[str] | None = None
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:  # type: ignore[override]
+        return (1 if self.grayscale else 3, self.image_size, self.image_size)
+
+    @property
+    def classes(self) -> list[str]:
+        """Sorted class-folder names; label i is ``classes[i]``."""
+        if self._classes is None:
+            from torchvision.datasets.folder import find_classes
+
+            self._check_root()
+            self._classes = find_classes(self.root)[0]
+        return self._classes
+
+    @property
+    def num_classes(self) -> int:  # type: ignore[override]
+        return len(self.classes)
+
+    def _check_root(self) -> None:
+        if not Path(self.root).is_dir():
+            raise FileNotFoundError(
+                f"root={self.root!r} is not a directory: ImageFolder expects "
+                "root/<class name>/<image files>"
+            )
+
+    def load(self) -> DataSplits:
+        import torchvision.datasets as tvd
+        import torchvision.transforms as T
+
+        self._check_root()
+        steps = [T.Resize(self.image_size, antialias=True), T.CenterCrop(self.image_size)]
+        if self.grayscale:
+            steps.append(T.Grayscale(num_output_channels=1))
+        steps.append(T.PILToTensor())
+        try:
+            ds = tvd.ImageFolder(self.root, transform=T.Compose(steps))
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f"root={self.root!r}: {err}") from err
+        self._classes = list(ds.classes)
+        targets = torch.as_tensor(ds.targets, dtype=torch.int64)
+        train, test = split_indices(len(ds), self.test_size, self.split_seed)
+        train, test = _head(train, self.limit), _head(test, self.limit)
+        x_train = _load_images(ds, train, self._num_workers)
+        if len(test) == 0:
+            return DataSplits(x_train, targets[train])
+        x_test = _load_images(ds, test, self._num_workers)
+        return DataSplits(x_train, targets[train], x_test, targets[test])

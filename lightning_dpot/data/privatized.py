@@ -1,0 +1,261 @@
+"""``PrivatizedDataModule``: local differential privacy applied once, at setup (paper 001).
+
+Every record is privatized exactly once by a :class:`~lightning_dpot.privacy.ldp.LocalRandomizer`
+and the release is cached on disk with its metadata. Every later ``setup`` — other DDP ranks, a
+resumed run, a second run with the same configuration — loads the cached release and never draws
+noise again (redrawing would let an observer average the noise away). Raw training records are
+dropped as soon as the release exists; a raw held-out test split, where the source has one, is
+kept for evaluation only.
+
+Alternatively ``release_path`` points at a file written by ``dpot privatize``: the trainer then
+never sees raw data, which is the real LDP deployment.
+
+Noise seed: by default a fresh secret seed from the operating system's entropy pool is used and
+not recorded. An explicit ``seed`` makes the release reproducible for research, but anyone who
+knows the seed can subtract the noise: the metadata then says ``"seed_is_public": true``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+import lightning_dpot
+from lightning_dpot.data.release import Release, config_key, tensor_sha256
+from lightning_dpot.data.sources import DataSource
+from lightning_dpot.privacy.gaussian import GaussianCalibration
+from lightning_dpot.privacy.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms import MechanismName, make_mechanism
+from lightning_dpot.privacy.transforms import RecordTransform, make_transform
+from lightning_dpot.privacy.validation import check_positive_int
+
+
+class PrivatizedDataModule(L.LightningDataModule):
+    """Locally privatized training data.
+
+    Args:
+        source: the raw dataset with its declared bounds (omit when ``release_path`` is given).
+        mechanism: ``"laplace"`` (pure ε-LDP, ℓ1 sensitivity) or ``"gaussian"`` ((ε, δ)-LDP,
+            ℓ2 sensitivity).
+        epsilon: privacy budget ε > 0; give it or ``noise_scale``, not both.
+        delta: δ ∈ (0, 1) for the Gaussian mechanism.
+        noise_scale: Laplace scale b or Gaussian std σ; ε is then derived.
+        calibration: Gaussian calibration: ``analytic`` (Balle & Wang 2018), ``zhao``
+            or ``classical``.
+        l1_radius: project each record onto the ℓ1 ball of this radius before noise.
+        l2_radius: project each record onto the ℓ2 ball of this radius before noise.
+        transform: ``identity`` or ``dct`` (orthonormal 2-D DCT, paper 001 §IV-E).
+        dct_keep: side of the kept low-frequency DCT block.
+        seed: noise seed; ``None`` draws a secret one (recommended, see module docstring).
+        batch_size: training batch size (the full release when ``None``).
+        cache_dir: where releases are cached.
+        release_path: load this release (written by ``dpot privatize``) instead of privatizing.
+    """
+
+    def __init__(
+        self,
+        source: DataSource | None = None,
+        mechanism: MechanismName = "gaussian",
+        epsilon: float | None = None,
+        delta: float | None = None,
+        noise_scale: float | None = None,
+        calibration: GaussianCalibration = "analytic",
+        l1_radius: float | None = None,
+        l2_radius: float | None = None,
+        transform: str = "identity",
+        dct_keep: int | None = None,
+        seed: int | None = None,
+        batch_size: int | None = 256,
+        num_workers: int = 0,
+        cache_dir: str = ".dpot_cache",
+        release_path: str | None = None,
+    ) -> None:
+        super().__init__()
+        if source is None and release_path is None:
+            raise ValueError("give a data source or a release_path written by `dpot privatize`")
+        if batch_size is not None:
+            check_positive_int("batch_size", batch_size)
+        self.source = source
+        self.seed = seed
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.cache_dir = Path(cache_dir)
+        self.release_path = None if release_path is None else Path(release_path)
+        self.release: Tensor | None = None
+        self.metadata: dict | None = None
+        self.test_data: Tensor | None = None
+        self.test_labels: Tensor | None = None
+        if self.release_path is None:
+            assert source is not None
+            self.transform: RecordTransform = make_transform(
+                transform, source.sample_shape, dct_keep
+            )
+            self.randomizer = LocalRandomizer.build(
+                mechanism,
+                self.transform,
+                source.low,
+                source.high,
+                source.diameter(1),
+                source.diameter(2),
+                epsilon=epsilon,
+                delta=delta,
+                noise_scale=noise_scale,
+                calibration=calibration,
+                l1_radius=l1_radius,
+                l2_radius=l2_radius,
+            )
+        else:
+            self._load_release_file(self.release_path)
+
+    # -- the public facts the methods read -------------------------------------------------
+    @property
+    def mechanism(self):
+        return self.randomizer.mechanism
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.transform.sample_shape
+
+    def support_diameter(self, p: int) -> float:
+        """Public bound on ‖y − y'‖_p for released vectors y (p ∈ {1, 2}), used to start the
+        Sinkhorn ε-schedule: the declared diameter plus 8 noise standard deviations per
+        coordinate. It depends on public quantities only."""
+        d1, d2 = self.transform.diameters(*self._source_diameters())
+        m = self.transform.out_dim
+        spread = 8.0 * self.mechanism.noise_std
+        return d1 + spread * m if p == 1 else d2 + spread * m**0.5
+
+    def _source_diameters(self) -> tuple[float, float]:
+        if self.source is not None:
+            return self.source.diameter(1), self.source.diameter(2)
+        return tuple(self.metadata["source_diameters"])  # type: ignore[index,return-value]
+
+    # -- privatize once ---------------------------------------------------------------------
+    def _release_config(self) -> dict:
+        assert self.source is not None
+        return {
+            "source": self.source.describe(),
+            "randomizer": self.randomizer.describe(),
+            "seed": self.seed,
+        }
+
+    def cache_path(self) -> Path:
+        return self.cache_dir / f"release-{config_key(self._release_config())[:20]}.pt"
+
+    def _privatize(self) -> Release:
+        assert self.source is not None
+        splits = self.source.load()
+        seed = self.seed if self.seed is not None else secrets.randbits(63)
+        generator = torch.Generator().manual_seed(seed)
+        data = self.randomizer(splits.train, generator)
+        metadata = {
+            **self._release_config(),
+            "privacy": self.randomizer.describe(),
+            "seed": self.seed if self.seed is not None else "secret (os entropy, not recorded)",
+            "seed_is_public": self.seed is not None,
+            "raw_sha256": tensor_sha256(splits.train),
+            "n": len(data),
+            "sample_shape": list(self.source.sample_shape),
+            "source_diameters": [self.source.diameter(1), self.source.diameter(2)],
+            "labels_released": False,
+            "lightning_dpot_version": lightning_dpot.__version__,
+        }
+        return Release(data, metadata)
+
+    def prepare_data(self) -> None:
+        """Runs on one process per node before ``setup``: privatize if no cached release."""
+        if self.release_path is None and not self.cache_path().is_file():
+            self._privatize().save(self.cache_path())
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.release is not None:
+            return
+        if self.release_path is not None:
+            if self.source is not None:
+                self._load_test_split()
+            return
+        path = self.cache_path()
+        if not path.is_file():
+            self._privatize().save(path)
+        release = Release.load(path)
+        splits = self.source.load()  # type: ignore[union-attr]
+        if tensor_sha256(splits.train) != release.metadata["raw_sha256"]:
+            raise ValueError(
+                f"the cached release {path} was made from different raw data than the source "
+                "now holds; refusing to privatize the changed data again under the same "
+                "configuration (fresh noise on unchanged records would leak). Use a new "
+                "cache_dir to privatize a different dataset deliberately"
+            )
+        self.release, self.metadata = release.data, release.metadata
+        self.test_data, self.test_labels = splits.test, splits.test_labels
+        del splits  # raw training records are not retained
+
+    def _load_release_file(self, path: Path) -> None:
+        release = Release.load(path)
+        meta = release.metadata
+        privacy = meta["privacy"]
+        self.transform = make_transform(
+            privacy["transform"], tuple(meta["sample_shape"]), privacy.get("dct_keep")
+        )
+        mechanism = make_mechanism(
+            privacy["name"],
+            privacy["sensitivity"],
+            noise_scale=privacy["noise_scale"],
+            delta=privacy["delta"] or None,
+            calibration=privacy.get("calibration", "analytic"),
+        )
+        low, high = privacy["declared_bounds"]
+        self.randomizer = LocalRandomizer(
+            mechanism, self.transform, low, high, privacy["l1_radius"], privacy["l2_radius"]
+        )
+        self.release, self.metadata = release.data, meta
+
+    def _load_test_split(self) -> None:
+        splits = self.source.load()  # type: ignore[union-attr]
+        self.test_data, self.test_labels = splits.test, splits.test_labels
+
+    def write_release(self, path: str | Path) -> Path:
+        """Privatize (or reuse the cached release) and write it to ``path`` for a trainer."""
+        self.prepare_data()
+        self.setup("fit")
+        assert self.release is not None and self.metadata is not None
+        return Release(self.release, self.metadata).save(path)
+
+    # -- loaders ----------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader:
+        if self.release is None:
+            raise RuntimeError("call setup() before train_dataloader()")
+        batch_size = self.batch_size or len(self.release)
+        if batch_size > len(self.release):
+            raise ValueError(
+                f"batch_size={batch_size} exceeds the number of released records "
+                f"({len(self.release)})"
+            )
+        return DataLoader(
+            TensorDataset(self.release),
+            batch_size=batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=self.num_workers,
+        )
+
+    def privacy_report(self) -> dict:
+        """The LDP guarantee of the release: fixed at privatization, it does not grow with
+        training (paper 001, Remark 1; post-processing)."""
+        mech = self.mechanism
+        return {
+            "kind": "local differential privacy (one release per record, post-processed)",
+            "mechanism": mech.name,
+            "epsilon": mech.epsilon,
+            "delta": mech.delta,
+            "noise_scale": mech.noise_scale,
+            f"sensitivity_l{mech.p}": mech.sensitivity,
+            **{k: v for k, v in self.randomizer.describe().items() if k not in mech.describe()},
+            "n_released": None if self.release is None else len(self.release),
+            "seed_is_public": None if self.metadata is None else self.metadata["seed_is_public"],
+        }

@@ -1,0 +1,572 @@
+r"""Privacy accounting for the Poisson-subsampled Gaussian mechanism (SGM).
+
+The mechanism
+-------------
+One step releases :math:`M(D) = f(S_q(D)) + \mathcal N(0, \sigma^2 \Delta^2 I)` where
+:math:`S_q` keeps every record of :math:`D` independently with probability ``sample_rate``
+:math:`q` (Poisson sampling, an empty sample is possible), :math:`f` has :math:`\ell_2`
+sensitivity :math:`\Delta` and :math:`\sigma` is the ``noise_multiplier`` (noise standard
+deviation divided by the sensitivity). Training composes :math:`T` such steps, possibly with
+different :math:`(\sigma, q)`; the noise and the sampling are fresh at every step.
+
+Adjacency
+---------
+Add/remove one record (``dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE``): :math:`D` and
+:math:`D'` are adjacent if one is the other with one record added. This is the relation under
+which Poisson subsampling amplifies privacy as below; "replace one record" costs up to twice
+the sensitivity and is *not* what these numbers certify.
+
+Accountants
+-----------
+Both accountants are the ones of Google's ``dp-accounting`` library; this module only chooses
+their settings and wraps them.
+
+* ``"rdp"`` -- Rényi DP (Mironov 2017). One step of the SGM is :math:`(\alpha, \rho_\alpha)`-RDP
+  with, for integer :math:`\alpha \ge 2` (Mironov, Talwar, Zhang 2019, "Rényi Differential
+  Privacy of the Sampled Gaussian Mechanism", Sec. 3.3),
+
+  .. math:: \rho_\alpha = \frac{1}{\alpha - 1} \log \sum_{k=0}^{\alpha} \binom{\alpha}{k}
+            (1-q)^{\alpha-k} q^k \exp\!\Big(\frac{k^2 - k}{2\sigma^2}\Big),
+
+  and a numerically integrated series for fractional :math:`\alpha`. RDP composes additively,
+  :math:`T` steps give :math:`T \rho_\alpha`, and the conversion to :math:`(\varepsilon, \delta)`
+  is the improved one of Canonne, Kamath, Steinke 2020 (Prop. 12) / Asoodeh et al. 2021,
+
+  .. math:: \varepsilon = \min_\alpha\; T\rho_\alpha + \log(1 - 1/\alpha)
+            - \frac{\log \delta + \log \alpha}{\alpha - 1},
+
+  minimised over :data:`DEFAULT_RDP_ORDERS`. An upper bound on the true :math:`\varepsilon`.
+* ``"pld"`` -- privacy loss distributions (Meiser & Mohammadi 2018; Koskela, Jälkö, Honkela
+  2020; Doroshenko et al. 2022, "Connect the Dots"). The privacy loss of one step is discretised
+  on a grid of width :data:`DEFAULT_PLD_VALUE_DISCRETIZATION` with pessimistic rounding, composed
+  :math:`T` times by FFT, and :math:`\varepsilon(\delta)` read off the hockey-stick divergence.
+  Also an upper bound (up to the library's truncated tail mass, :math:`e^{-50}` per composition),
+  and tighter than RDP: typically 5-10 % smaller ε for the settings of paper 002.
+
+Layout
+------
+Pure functions (:func:`sgm_rdp`, :func:`sgm_epsilon`, :func:`sgm_epsilon_of_history`,
+:func:`sgm_max_steps`, :func:`sgm_min_noise_multiplier`) hold the mathematics; the
+:class:`PrivacyAccountant` classes only record what was released (a history of runs of identical
+steps) and call them, as in Opacus (``opacus/accountants/analysis`` vs ``opacus/accountants``).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
+
+import dp_accounting
+import numpy as np
+from dp_accounting.pld import PLDAccountant as _DpaPLDAccountant
+from dp_accounting.rdp import RdpAccountant as _DpaRdpAccountant
+from dp_accounting.rdp import compute_epsilon as _dpa_rdp_compute_epsilon
+from dp_accounting.rdp import rdp_privacy_accountant as _dpa_rdp_module
+
+from lightning_dpot.privacy.validation import (
+    check_delta,
+    check_epsilon,
+    check_nonnegative_int,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
+
+MECHANISM = "poisson_subsampled_gaussian"
+"""Name of the mechanism every accountant here composes."""
+
+ADJACENCY = "add_or_remove_one"
+"""The neighbouring relation of every guarantee computed here."""
+
+DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
+    [1.0 + x / 10.0 for x in range(1, 100)]  # 1.1, 1.2, ..., 10.9: large ε / small σ
+    + [float(a) for a in range(11, 64)]  # 11 ... 63: the paper-002 optimum is α = 18
+    + [64.0, 80.0, 96.0, 128.0, 160.0, 192.0, 256.0, 384.0, 512.0, 768.0, 1024.0]  # tiny ε
+)
+"""Rényi orders α over which ε is minimised: dp-accounting's default grid (1.1-10.9 by 0.1,
+11-63) extended with orders up to 1024 for very small ε (large σ, few steps). The optimum must
+lie strictly inside the grid for the bound to be tight; :func:`sgm_epsilon` does not warn when it
+sits at an end, but at the end points the bound is still valid, only looser."""
+
+DEFAULT_PLD_VALUE_DISCRETIZATION = 1e-4
+"""Grid width of the discretised privacy loss (dp-accounting's default). With pessimistic
+rounding the error is one-sided (ε over-estimated) and grows with the number of compositions:
+1e-3 gives ε = 1.14 instead of 0.93 for σ = 1.5, q = 1/1200, T = 160,000, δ = 1e-5."""
+
+DEFAULT_SEARCH_LIMIT = 10**9
+"""Largest number of steps :func:`sgm_max_steps` searches; returned when even that many fit."""
+
+ACCOUNTANTS: tuple[str, ...] = ("rdp", "pld")
+"""Names accepted by every ``accountant=`` argument and by :func:`make_accountant`."""
+
+Run = tuple[float, float, int]
+"""``(noise_multiplier, sample_rate, num_steps)``: ``num_steps`` identical SGM steps."""
+
+
+# --------------------------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_accountant(accountant: str) -> str:
+    if accountant not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {list(ACCOUNTANTS)}, got {accountant!r}")
+    return accountant
+
+
+def _check_orders(orders: Sequence[float]) -> tuple[float, ...]:
+    orders = tuple(float(a) for a in orders)
+    if not orders or any(not math.isfinite(a) or a <= 1.0 for a in orders):
+        raise ValueError(f"orders must be a non-empty list of finite numbers > 1, got {orders!r}")
+    return orders
+
+
+def _check_run(noise_multiplier: float, sample_rate: float, num_steps: int) -> Run:
+    return (
+        check_positive("noise_multiplier", noise_multiplier),
+        check_probability("sample_rate", sample_rate),
+        check_nonnegative_int("num_steps", num_steps),
+    )
+
+
+def compress_history(runs: Iterable[Sequence[float]]) -> list[Run]:
+    """Validate ``(noise_multiplier, sample_rate, num_steps)`` runs and merge neighbours.
+
+    Consecutive runs with the same ``(σ, q)`` are merged and empty runs dropped, so a training
+    history of 100,000 identical steps is one run. Composition is commutative, so merging does
+    not change ε.
+    """
+    merged: list[Run] = []
+    for item in runs:
+        if len(item) != 3:
+            raise ValueError(
+                f"a history run must be (noise_multiplier, sample_rate, num_steps), got {item!r}"
+            )
+        sigma, q, count = _check_run(*item)
+        if count == 0:
+            continue
+        if merged and merged[-1][0] == sigma and merged[-1][1] == q:
+            merged[-1] = (sigma, q, merged[-1][2] + count)
+        else:
+            merged.append((sigma, q, count))
+    return merged
+
+
+# --------------------------------------------------------------------------------------------
+# Pure functions: the mathematics
+# --------------------------------------------------------------------------------------------
+
+
+def sgm_rdp(
+    noise_multiplier: float,
+    sample_rate: float,
+    orders: Sequence[float] = DEFAULT_RDP_ORDERS,
+) -> np.ndarray:
+    r"""RDP curve :math:`\alpha \mapsto \rho_\alpha` of ONE step of the SGM.
+
+    The formula is in the module docstring (Mironov, Talwar, Zhang 2019); it is evaluated by
+    dp-accounting's ``_compute_rdp_poisson_subsampled_gaussian``, the function its
+    ``RdpAccountant`` calls for a ``PoissonSampledDpEvent`` of a ``GaussianDpEvent``. It is a
+    private name of that library, so the test-suite pins it against the public accountant.
+    Entries may be ``inf`` where the series does not converge; those orders are ignored by
+    :func:`rdp_to_epsilon`.
+    """
+    sigma, q, _ = _check_run(noise_multiplier, sample_rate, 1)
+    orders = _check_orders(orders)
+    rdp = _dpa_rdp_module._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders)
+    return np.asarray(rdp, dtype=np.float64)
+
+
+def rdp_to_epsilon(
+    rdp: Sequence[float], delta: float, orders: Sequence[float] = DEFAULT_RDP_ORDERS
+) -> float:
+    r"""Convert a (composed) RDP curve to ε at ``delta``.
+
+    :math:`\varepsilon = \min_\alpha \rho_\alpha + \log(1-1/\alpha) - (\log\delta + \log\alpha)
+    / (\alpha-1)` (Canonne, Kamath, Steinke 2020, Prop. 12), by dp-accounting's
+    ``compute_epsilon``.
+    """
+    delta = check_delta(delta)
+    orders = _check_orders(orders)
+    if len(rdp) != len(orders):
+        raise ValueError(f"rdp has {len(rdp)} entries but there are {len(orders)} orders")
+    if all(r == 0 for r in rdp):
+        return 0.0
+    epsilon, _ = _dpa_rdp_compute_epsilon(orders, rdp, delta)
+    return float(epsilon)
+
+
+def _dpa_event(runs: Sequence[Run]) -> dp_accounting.DpEvent:
+    """The dp-accounting event of a history: a composition of self-composed SGM steps."""
+    return dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)),
+                count,
+            )
+            for sigma, q, count in runs
+        ]
+    )
+
+
+def sgm_epsilon_of_history(
+    runs: Iterable[Sequence[float]],
+    delta: float,
+    accountant: str = "rdp",
+    *,
+    orders: Sequence[float] = DEFAULT_RDP_ORDERS,
+    value_discretization_interval: float = DEFAULT_PLD_VALUE_DISCRETIZATION,
+) -> float:
+    """ε at ``delta`` of the composition of ``runs`` of SGM steps.
+
+    Args:
+        runs: ``(noise_multiplier, sample_rate, num_steps)`` triples, composed in any order.
+        delta: target δ in (0, 1).
+        accountant: ``"rdp"`` (dp-accounting ``RdpAccountant`` over ``orders``) or ``"pld"``
+            (dp-accounting ``PLDAccountant`` with ``value_discretization_interval``).
+
+    Returns:
+        ε ≥ 0 (0 for an empty history) of add/remove-one DP.
+    """
+    delta = check_delta(delta)
+    accountant = _check_accountant(accountant)
+    merged = compress_history(runs)
+    if not merged:
+        return 0.0
+    if accountant == "rdp":
+        dpa: dp_accounting.PrivacyAccountant = _DpaRdpAccountant(
+            orders=list(_check_orders(orders)),
+            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+        )
+    else:
+        dpa = _DpaPLDAccountant(
+            neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+            value_discretization_interval=check_positive(
+                "value_discretization_interval", value_discretization_interval
+            ),
+        )
+    dpa.compose(_dpa_event(merged))
+    return float(max(0.0, dpa.get_epsilon(delta)))
+
+
+def sgm_epsilon(
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str = "rdp",
+) -> float:
+    """ε at ``delta`` after ``steps`` SGM steps with multiplier σ and Poisson rate q.
+
+    ``steps = 0`` gives 0. See the module docstring for the mechanism, the adjacency and the
+    accountants.
+    """
+    return sgm_epsilon_of_history([(noise_multiplier, sample_rate, steps)], delta, accountant)
+
+
+def largest_count_within(
+    epsilon_of_count: Callable[[int], float],
+    target_epsilon: float,
+    search_limit: int = DEFAULT_SEARCH_LIMIT,
+) -> int:
+    """Largest ``k`` in ``[0, search_limit]`` with ``epsilon_of_count(k) <= target_epsilon``.
+
+    ``epsilon_of_count`` must be non-decreasing in ``k`` (it is for composition). Galloping
+    (1, 2, 4, ...) brackets the answer, bisection finds it: O(log k) evaluations. Returns 0 if
+    even ``k = 1`` exceeds the target, ``search_limit`` if ``search_limit`` steps fit.
+    """
+    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+    search_limit = check_positive_int("search_limit", search_limit)
+    if epsilon_of_count(1) > target_epsilon:
+        return 0
+    good, bad = 1, 2
+    while bad <= search_limit and epsilon_of_count(bad) <= target_epsilon:
+        good, bad = bad, 2 * bad
+    if bad > search_limit:
+        if epsilon_of_count(search_limit) <= target_epsilon:
+            return search_limit
+        bad = search_limit
+    while bad - good > 1:  # invariant: ε(good) <= target < ε(bad)
+        mid = (good + bad) // 2
+        if epsilon_of_count(mid) <= target_epsilon:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def sgm_max_steps(
+    noise_multiplier: float,
+    sample_rate: float,
+    target_epsilon: float,
+    delta: float,
+    accountant: str = "rdp",
+    search_limit: int = DEFAULT_SEARCH_LIMIT,
+) -> int:
+    """Largest number of SGM steps T with ε(T) ≤ ``target_epsilon`` at ``delta``.
+
+    0 if a single step already exceeds the target; ``search_limit`` if that many steps fit
+    (ε grows without bound in T, but for huge σ it may need more than ``search_limit`` steps).
+    Exact for the chosen accountant: ε(T) ≤ target < ε(T + 1) (for ``"pld"`` up to the
+    monotonicity of the discretised composition, which holds in practice).
+    """
+    sigma, q, _ = _check_run(noise_multiplier, sample_rate, 1)
+    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+    delta = check_delta(delta)
+    accountant = _check_accountant(accountant)
+    if accountant == "rdp":
+        curve = sgm_rdp(sigma, q)
+
+        def epsilon_of_count(count: int) -> float:
+            return rdp_to_epsilon(count * curve, delta)
+    else:
+
+        def epsilon_of_count(count: int) -> float:
+            return sgm_epsilon(sigma, q, count, delta, accountant)
+
+    return largest_count_within(epsilon_of_count, target_epsilon, search_limit)
+
+
+def sgm_min_noise_multiplier(
+    sample_rate: float,
+    steps: int,
+    target_epsilon: float,
+    delta: float,
+    accountant: str = "rdp",
+    tolerance: float = 1e-3,
+    max_noise_multiplier: float = 1e4,
+) -> float:
+    """Smallest noise multiplier σ (to within ``tolerance``) with ε ≤ ``target_epsilon``.
+
+    ε is decreasing in σ. Galloping brackets the answer, bisection narrows it until the bracket
+    is narrower than ``tolerance`` (absolute, in units of σ). The returned σ is the upper end of
+    the final bracket, so it always satisfies the target: ``sgm_epsilon(σ, q, T, δ) <=
+    target_epsilon`` and ``σ - tolerance`` does not (unless σ is the smallest value searched,
+    ``tolerance``). For ``"rdp"`` galloping starts at σ = 1 with ratio 2; for ``"pld"`` (each
+    evaluation is a full PLD composition, slow for small σ) it starts at the RDP answer with
+    ratio 1.1, since PLD is the tighter accountant and its σ is usually a few % below.
+
+    Raises:
+        ValueError: if even ``max_noise_multiplier`` does not reach the target.
+    """
+    q = check_probability("sample_rate", sample_rate)
+    steps = check_positive_int("steps", steps)
+    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+    delta = check_delta(delta)
+    accountant = _check_accountant(accountant)
+    tolerance = check_positive("tolerance", tolerance)
+    max_noise_multiplier = check_positive("max_noise_multiplier", max_noise_multiplier)
+
+    def fits(sigma: float) -> bool:
+        return sgm_epsilon(sigma, q, steps, delta, accountant) <= target_epsilon
+
+    if accountant == "rdp":
+        start, ratio = 1.0, 2.0
+    else:
+        start = sgm_min_noise_multiplier(
+            q, steps, target_epsilon, delta, "rdp", tolerance, max_noise_multiplier
+        )
+        ratio = 1.1
+    if fits(start):
+        high, low = start, start / ratio
+        while fits(low):
+            if low <= tolerance:
+                return low
+            high, low = low, low / ratio
+    else:
+        low, high = start, min(start * ratio, max_noise_multiplier)
+        while not fits(high):
+            if high >= max_noise_multiplier:
+                raise ValueError(
+                    f"target_epsilon={target_epsilon!r} is not reached at delta={delta!r} with "
+                    f"sample_rate={q!r} and steps={steps!r} even with noise_multiplier="
+                    f"{max_noise_multiplier!r}; lower the sample rate or the number of steps"
+                )
+            low, high = high, min(high * ratio, max_noise_multiplier)
+    while high - low > tolerance:  # invariant: not fits(low), fits(high)
+        mid = 0.5 * (low + high)
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+# --------------------------------------------------------------------------------------------
+# Stateful accountants: the bookkeeping
+# --------------------------------------------------------------------------------------------
+
+
+class PrivacyAccountant(ABC):
+    """Records the SGM steps a training run released and reports their ε.
+
+    The history is a list of runs ``(noise_multiplier, sample_rate, num_steps)`` of identical
+    steps (so 100,000 identical steps cost one entry). Subclasses only say how ε is computed
+    from a history; everything else (validation, the history, checkpoint state, "what if"
+    queries, the remaining budget) is shared.
+    """
+
+    name: ClassVar[str]
+    """Accountant name, a key of :func:`make_accountant`."""
+    mechanism: ClassVar[str] = MECHANISM
+    adjacency: ClassVar[str] = ADJACENCY
+    _STATE_VERSION: ClassVar[int] = 1
+
+    def __init__(self) -> None:
+        self._history: list[Run] = []
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def step(self, noise_multiplier: float, sample_rate: float, num_steps: int = 1) -> None:
+        """Record ``num_steps`` SGM steps with multiplier σ and Poisson rate q."""
+        run = (noise_multiplier, sample_rate, num_steps)
+        self._history = compress_history([*self._history, run])
+
+    @property
+    def history(self) -> list[Run]:
+        """Copy of the recorded runs ``(noise_multiplier, sample_rate, num_steps)``."""
+        return list(self._history)
+
+    @property
+    def steps(self) -> int:
+        """Total number of recorded steps."""
+        return sum(count for _, _, count in self._history)
+
+    # -- ε --------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _epsilon_of_history(self, runs: Sequence[Run], delta: float) -> float:
+        """ε at ``delta`` of ``runs`` (already validated and compressed)."""
+
+    def get_epsilon(self, delta: float) -> float:
+        """ε at ``delta`` of everything recorded so far (0 before the first step)."""
+        return self._epsilon_of_history(self._history, check_delta(delta))
+
+    def epsilon_if(
+        self, delta: float, noise_multiplier: float, sample_rate: float, num_steps: int = 1
+    ) -> float:
+        """ε at ``delta`` if ``num_steps`` more steps of (σ, q) were recorded; no side effect."""
+        runs = compress_history([*self._history, (noise_multiplier, sample_rate, num_steps)])
+        return self._epsilon_of_history(runs, check_delta(delta))
+
+    def max_additional_steps(
+        self,
+        noise_multiplier: float,
+        sample_rate: float,
+        target_epsilon: float,
+        delta: float,
+        search_limit: int = DEFAULT_SEARCH_LIMIT,
+    ) -> int:
+        """Largest k such that k more steps of (σ, q) keep ε ≤ ``target_epsilon``.
+
+        0 when the next step would already exceed the target (or the history alone does).
+        """
+        sigma, q, _ = _check_run(noise_multiplier, sample_rate, 1)
+        delta = check_delta(delta)
+        return largest_count_within(
+            lambda count: self.epsilon_if(delta, sigma, q, count), target_epsilon, search_limit
+        )
+
+    # -- checkpoint state ----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state: the history (plus names, for the reader)."""
+        return {
+            "version": self._STATE_VERSION,
+            "accountant": self.name,
+            "mechanism": self.mechanism,
+            "adjacency": self.adjacency,
+            "history": [[sigma, q, count] for sigma, q, count in self._history],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the history from :meth:`state_dict`.
+
+        The history describes what was released, not how it is accounted, so a state written by
+        one accountant may be loaded into another (e.g. switch RDP to PLD on resume).
+        """
+        if state_dict.get("mechanism", MECHANISM) != MECHANISM:
+            raise ValueError(
+                f"state_dict describes mechanism {state_dict.get('mechanism')!r}, "
+                f"this accountant composes {MECHANISM!r}"
+            )
+        if state_dict.get("adjacency", ADJACENCY) != ADJACENCY:
+            raise ValueError(
+                f"state_dict uses adjacency {state_dict.get('adjacency')!r}, expected {ADJACENCY!r}"
+            )
+        if "history" not in state_dict:
+            raise ValueError("state_dict has no 'history' entry")
+        self._history = compress_history(state_dict["history"])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(steps={self.steps}, history={self._history!r})"
+
+
+class RDPAccountant(PrivacyAccountant):
+    """Rényi-DP accountant (dp-accounting's RDP analysis of the SGM; module docstring).
+
+    The one-step RDP curve of each distinct (σ, q) is computed once and cached on the instance,
+    so ε after any number of steps costs one conversion (~0.2 ms), cheap enough to log every
+    training step.
+    """
+
+    name = "rdp"
+
+    def __init__(self, orders: Sequence[float] = DEFAULT_RDP_ORDERS) -> None:
+        super().__init__()
+        self.orders = _check_orders(orders)
+        self._curves: dict[tuple[float, float], np.ndarray] = {}
+
+    def _curve(self, sigma: float, q: float) -> np.ndarray:
+        if (sigma, q) not in self._curves:
+            self._curves[(sigma, q)] = sgm_rdp(sigma, q, self.orders)
+        return self._curves[(sigma, q)]
+
+    def _epsilon_of_history(self, runs: Sequence[Run], delta: float) -> float:
+        if not runs:
+            return 0.0
+        total = sum(count * self._curve(sigma, q) for sigma, q, count in runs)
+        return rdp_to_epsilon(total, delta, self.orders)
+
+
+class PLDAccountant(PrivacyAccountant):
+    """Privacy-loss-distribution accountant (dp-accounting's ``PLDAccountant``).
+
+    Each call composes the whole history (one FFT self-composition per run: ~0.05 s for
+    160,000 steps of q = 1/1200, a few seconds for 10^6 steps); the last few results are cached
+    on the instance.
+    """
+
+    name = "pld"
+    _CACHE_SIZE: ClassVar[int] = 64
+
+    def __init__(
+        self, value_discretization_interval: float = DEFAULT_PLD_VALUE_DISCRETIZATION
+    ) -> None:
+        super().__init__()
+        self.value_discretization_interval = check_positive(
+            "value_discretization_interval", value_discretization_interval
+        )
+        self._cache: dict[tuple[tuple[Run, ...], float], float] = {}
+
+    def _epsilon_of_history(self, runs: Sequence[Run], delta: float) -> float:
+        key = (tuple(runs), delta)
+        if key not in self._cache:
+            if len(self._cache) >= self._CACHE_SIZE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = sgm_epsilon_of_history(
+                runs,
+                delta,
+                "pld",
+                value_discretization_interval=self.value_discretization_interval,
+            )
+        return self._cache[key]
+
+
+def make_accountant(name: str, **kwargs: Any) -> PrivacyAccountant:
+    """A fresh accountant by name: ``"rdp"`` -> :class:`RDPAccountant`, ``"pld"`` ->
+    :class:`PLDAccountant`; ``kwargs`` go to its constructor."""
+    classes: dict[str, type[PrivacyAccountant]] = {"rdp": RDPAccountant, "pld": PLDAccountant}
+    return classes[_check_accountant(name)](**kwargs)

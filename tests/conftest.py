@@ -1,0 +1,25 @@
+"""Shared fixtures: the offline data shipped beside the repository (``../shared/data``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    """``../shared/data``; tests that need it are skipped with a reason where it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"offline data not found at {SHARED_DATA} (see shared/data/README.md)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def mnist_test_dir(shared_data_dir: Path) -> Path:
+    path = shared_data_dir / "mnist-test"
+    if not (path / "t10k-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"MNIST test split not found in {path}")
+    return path

@@ -1,0 +1,29 @@
+"""MNIST test split as tensors for the metric tests (a private IDX reader: magic, dims, uint8)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor
+
+
+def _read_idx_gz(path: Path) -> np.ndarray:
+    data = gzip.decompress(path.read_bytes())
+    if data[:2] != b"\x00\x00" or data[2] != 0x08:
+        raise ValueError(f"{path} is not an unsigned-byte IDX file")
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+@pytest.fixture(scope="session")
+def mnist_test_tensors(mnist_test_dir: Path) -> tuple[Tensor, Tensor]:
+    """``(10000, 1, 28, 28)`` float32 images in [−1, 1] and ``(10000,)`` int64 labels."""
+    images = _read_idx_gz(mnist_test_dir / "t10k-images-idx3-ubyte.gz")
+    labels = _read_idx_gz(mnist_test_dir / "t10k-labels-idx1-ubyte.gz")
+    x = torch.from_numpy(images.astype(np.float32) / 127.5 - 1.0).unsqueeze(1)
+    return x, torch.from_numpy(labels.astype(np.int64))
