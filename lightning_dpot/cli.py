@@ -5,6 +5,7 @@
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.
 * ``dpot account ...`` — privacy calculators (``dpot account --help``).
+* ``dpot sample --ckpt PATH --num N --output FILE [--grid PNG]`` — samples from a checkpoint.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from lightning_dpot.commands import account
 EXTRA_COMMANDS = {
     "privatize": "privatize a dataset once (local DP) and write the release file",
     "account": "privacy calculators: calibration, composition, shuffling, WDP",
+    "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
 }
 
 
@@ -96,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         privatize(rest)
     elif command == "account":
         account_main(rest)
+    elif command == "sample":
+        from lightning_dpot.commands import sample
+
+        sample.main(rest)
     else:
         run_lightning(argv)
 

@@ -3,5 +3,6 @@
 from lightning_dpot.callbacks.ldp_report import LDPPrivacyReport
 from lightning_dpot.callbacks.manifold import ManifoldEvaluation
 from lightning_dpot.callbacks.run_report import RunReport
+from lightning_dpot.callbacks.samples import SampleGrid
 
-__all__ = ["LDPPrivacyReport", "ManifoldEvaluation", "RunReport"]
+__all__ = ["LDPPrivacyReport", "ManifoldEvaluation", "RunReport", "SampleGrid"]

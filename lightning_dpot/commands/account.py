@@ -173,8 +173,75 @@ def _add_wdp_sgm(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_wdp_sgm)
 
 
+def _sgm(args: argparse.Namespace) -> dict:
+    from lightning_dpot.privacy.accountants import (
+        ADJACENCY,
+        MECHANISM,
+        sgm_epsilon,
+        sgm_max_steps,
+        sgm_min_noise_multiplier,
+    )
+
+    result: dict = {
+        "guarantee": "(ε, δ)-DP of T Poisson-subsampled Gaussian steps, add/remove-one adjacency",
+        "mechanism": MECHANISM,
+        "adjacency": ADJACENCY,
+        "sample_rate": args.sample_rate,
+        "delta": args.delta,
+    }
+    sigma, steps, target = args.noise_multiplier, args.steps, args.target_epsilon
+    if target is not None:
+        result.update(target_epsilon=target, accountant=args.accountant)
+    if sigma is not None and steps is None and target is not None:
+        steps = sgm_max_steps(sigma, args.sample_rate, target, args.delta, args.accountant)
+    elif sigma is None and steps is not None and target is not None:
+        sigma = sgm_min_noise_multiplier(
+            args.sample_rate, steps, target, args.delta, args.accountant, args.tolerance
+        )
+        result["tolerance"] = args.tolerance
+    elif sigma is None or steps is None:
+        raise ValueError(
+            "give --noise-multiplier and --steps (ε), --noise-multiplier and --target-epsilon "
+            "(largest steps), or --steps and --target-epsilon (smallest noise multiplier)"
+        )
+    result.update(noise_multiplier=sigma, steps=steps)
+    for name in ("rdp", "pld"):
+        result[f"epsilon_{name}"] = sgm_epsilon(sigma, args.sample_rate, steps, args.delta, name)
+    if target is not None:
+        result["within_target"] = result[f"epsilon_{args.accountant}"] <= target
+    return result
+
+
+def _add_sgm(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sgm",
+        help="(ε, δ)-DP (add/remove one record) of T Poisson-subsampled Gaussian steps "
+        "(DP-SGD, DP-Sinkhorn) under RDP and PLD; or the largest T / smallest σ for a target ε",
+    )
+    p.add_argument("--noise-multiplier", type=float, help="σ = noise std / ℓ2 sensitivity")
+    p.add_argument("--sample-rate", type=float, required=True, help="Poisson rate q in (0, 1]")
+    p.add_argument("--steps", type=int, help="number of steps T")
+    p.add_argument("--delta", type=float, required=True, help="δ in (0, 1)")
+    p.add_argument(
+        "--target-epsilon",
+        type=float,
+        help="with --noise-multiplier: largest T within it; with --steps: smallest σ",
+    )
+    p.add_argument(
+        "--accountant",
+        choices=["rdp", "pld"],
+        default="rdp",
+        help="accountant for the --target-epsilon searches (default: rdp)",
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=1e-3, help="absolute tolerance of the σ search"
+    )
+    p.set_defaults(func=_sgm)
+
+
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_calibrate]
 _SUBCOMMANDS += [_add_shuffle, _add_wdp, _add_wdp_sgm]
+_SUBCOMMANDS += [_add_sgm]
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -55,6 +55,12 @@ class PrivatizedDataModule(L.LightningDataModule):
         batch_size: training batch size (the full release when ``None``).
         cache_dir: where releases are cached.
         release_path: load this release (written by ``dpot privatize``) instead of privatizing.
+        denoise: ``"wavelet"`` trains on the release denoised by wavelet thresholding (baseline
+            of paper 001 Fig. 3; identity transform only). Post-processing at ``setup``, no
+            privacy cost: the cached release is neither changed nor replaced, and the
+            threshold uses only the public noise std (:func:`~lightning_dpot.data.denoise.
+            wavelet_denoise`).
+        denoise_wavelet: the PyWavelets wavelet used by ``denoise="wavelet"``.
     """
 
     def __init__(
@@ -74,8 +80,13 @@ class PrivatizedDataModule(L.LightningDataModule):
         num_workers: int = 0,
         cache_dir: str = ".dpot_cache",
         release_path: str | None = None,
+        denoise: str | None = None,
+        denoise_wavelet: str = "db4",
     ) -> None:
         super().__init__()
+        self._check_denoise(denoise, denoise_wavelet, transform if release_path is None else None)
+        self.denoise, self.denoise_wavelet = denoise, denoise_wavelet
+        self.denoised_release: Tensor | None = None
         if source is None and release_path is None:
             raise ValueError("give a data source or a release_path written by `dpot privatize`")
         if batch_size is not None:
@@ -174,6 +185,7 @@ class PrivatizedDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.release is not None:
+            self._apply_denoise()
             return
         if self.release_path is not None:
             if self.source is not None:
@@ -194,6 +206,48 @@ class PrivatizedDataModule(L.LightningDataModule):
         self.release, self.metadata = release.data, release.metadata
         self.test_data, self.test_labels = splits.test, splits.test_labels
         del splits  # raw training records are not retained
+        self._apply_denoise()
+
+    # -- post-processing (no privacy cost) --------------------------------------------------
+    @staticmethod
+    def _check_denoise(denoise: str | None, wavelet: str, transform: str | None) -> None:
+        if denoise is None:
+            return
+        if denoise != "wavelet":
+            raise ValueError(f"denoise must be None or 'wavelet', got {denoise!r}")
+        import pywt
+
+        if wavelet not in pywt.wavelist(kind="discrete"):
+            raise ValueError(
+                "denoise_wavelet must be a discrete PyWavelets wavelet "
+                f"(pywt.wavelist(kind='discrete')), got {wavelet!r}"
+            )
+        if transform is not None and transform != "identity":
+            raise ValueError(
+                f"denoise='wavelet' needs transform='identity' (the release must hold images), "
+                f"got transform={transform!r}"
+            )
+
+    def _apply_denoise(self) -> None:
+        """Wavelet-denoise the release into ``denoised_release`` (what training then reads):
+        release → images (inverse transform) → wavelet thresholding with the mechanism's
+        public noise std, clipped to the declared bounds → forward transform. Post-processing
+        of the release: the release itself and its cache file are left as they are."""
+        if self.denoise is None or self.denoised_release is not None or self.release is None:
+            return
+        from lightning_dpot.data.denoise import wavelet_denoise
+
+        if self.transform.name != "identity" or len(self.sample_shape) != 3:
+            raise ValueError(
+                "denoise='wavelet' needs an image release (C, H, W) with transform='identity', "
+                f"got transform={self.transform.name!r}, sample_shape={self.sample_shape}"
+            )
+        images = self.transform.inverse(self.release)
+        low, high = self.randomizer.low, self.randomizer.high
+        denoised = wavelet_denoise(
+            images, self.mechanism.noise_std, self.denoise_wavelet, clip=(low, high)
+        )
+        self.denoised_release = self.transform.forward(denoised)
 
     def _load_release_file(self, path: Path) -> None:
         release = Release.load(path)
@@ -230,6 +284,7 @@ class PrivatizedDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         if self.release is None:
             raise RuntimeError("call setup() before train_dataloader()")
+        records = self.release if self.denoised_release is None else self.denoised_release
         batch_size = self.batch_size or len(self.release)
         if batch_size > len(self.release):
             raise ValueError(
@@ -237,7 +292,7 @@ class PrivatizedDataModule(L.LightningDataModule):
                 f"({len(self.release)})"
             )
         return DataLoader(
-            TensorDataset(self.release),
+            TensorDataset(records),
             batch_size=batch_size,
             shuffle=True,
             drop_last=True,
@@ -258,4 +313,18 @@ class PrivatizedDataModule(L.LightningDataModule):
             **{k: v for k, v in self.randomizer.describe().items() if k not in mech.describe()},
             "n_released": None if self.release is None else len(self.release),
             "seed_is_public": None if self.metadata is None else self.metadata["seed_is_public"],
+            **self._post_processing_report(),
+        }
+
+    def _post_processing_report(self) -> dict:
+        if self.denoise is None:
+            return {}
+        return {
+            "post_processing": {
+                "denoise": self.denoise,
+                "wavelet": self.denoise_wavelet,
+                "threshold": "VisuShrink sigma*sqrt(2 ln(H*W)), sigma = the mechanism's noise std",
+                "clip": [self.randomizer.low, self.randomizer.high],
+                "privacy_cost": "none (post-processing of the release)",
+            }
         }

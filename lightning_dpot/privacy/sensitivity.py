@@ -35,4 +35,10 @@ def declared_sensitivity(
     if l2_radius is not None:
         r2 = check_positive("l2_radius", l2_radius)
         candidates.append(2.0 * r2 * (math.sqrt(out_dim) if p == 1 else 1.0))
-    return check_positive(f"sensitivity_l{p}", min(candidates))
+    sensitivity = min(candidates)
+    if not math.isfinite(sensitivity):
+        raise ValueError(
+            f"sensitivity_l{p} is unbounded: the declared bounds are infinite and no projection "
+            "radius is set; declare finite bounds [low, high] or set l1_radius / l2_radius"
+        )
+    return check_positive(f"sensitivity_l{p}", sensitivity)

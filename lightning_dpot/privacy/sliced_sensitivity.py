@@ -210,8 +210,9 @@ def gaussian_sliced_release(
 
     Refuses records with ``‖x_i‖₂ > 1 + norm_tolerance`` (the sensitivity bound rests on
     ``‖x_i‖₂ ≤ 1``: normalise before releasing, never after) and directions that are not unit
-    vectors. Rows within the tolerance are scaled onto the unit ball, ``x_i / max(1, ‖x_i‖₂)``,
-    so the bound holds exactly despite rounding. The input is detached: a release is a value, not
+    vectors (``|‖θ_j‖ − 1| > 1e-4``). Rows within the tolerance are scaled onto the unit ball,
+    ``x_i / (max(1, ‖x_i‖₂) · max(1, max_j ‖θ_j‖₂))``, so the bound holds exactly despite
+    rounding. The input is detached: a release is a value, not
     part of a graph. Θ must be drawn independently of the data
     (:func:`lightning_dpot.ot.sliced.random_directions`). Calibrate ``σ`` from
     :func:`sliced_sensitivity` and report ``δ`` via :func:`sliced_release_delta`.
@@ -257,5 +258,7 @@ def gaussian_sliced_release(
             "theta rows must be unit vectors (directions on the sphere, |‖θ_j‖ − 1| <= 1e-4), "
             f"got norms in [{float(theta_norms.min())!r}, {float(theta_norms.max())!r}]"
         )
-    x = x / norms.clamp(min=1.0).unsqueeze(1)
-    return noisy_projections(x, theta, sigma, generator)
+    # ‖uΘᵀ‖² ≤ max_j ‖θ_j‖² · Σ_j ⟨θ_j/‖θ_j‖, u⟩²: dividing by max(1, max_j ‖θ_j‖) too keeps the
+    # bound exact when rounding leaves a direction's norm slightly above 1.
+    scale = norms.clamp(min=1.0) * theta_norms.max().clamp(min=1.0)
+    return noisy_projections(x / scale.unsqueeze(1), theta, sigma, generator)

@@ -104,12 +104,15 @@ def test_feature_classifier_is_cached_and_reloaded(
     assert torch.equal(first.features(batch), second.features(batch))
     with torch.no_grad():
         accuracy = (first(images[5000:6000]).argmax(1) == labels[5000:6000]).float().mean()
-    assert accuracy > 0.8  # a real classifier, not random features
+    assert accuracy > 0.7  # a trained classifier (chance is 0.1), not random features
     with pytest.raises(FileNotFoundError, match="missing.pt"):
         load_or_train_feature_classifier(tmp_path / "missing.pt")
 
 
-def _ddp_worker(rank: int, world_size: int, store: str, classifier: str, data: str, out: str):
+def _ddp_worker(
+    rank: int, world_size: int, store: str, classifier: str, data: str, out: str
+) -> None:
+    torch.set_num_threads(1)  # two ranks share the CPU
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     try:
         real, fake = torch.load(data)
@@ -136,7 +139,8 @@ def test_classifier_fd_under_two_process_cpu_ddp_equals_single_process(
     data, out = tmp_path / "data.pt", tmp_path / "out.pt"
     torch.save((real, fake), data)
     args = (str(tmp_path / "store"), str(classifier_file), str(data), str(out))
-    mp.spawn(_ddp_worker, args=(2, *args), nprocs=2, join=True)
+    # fork (as Lightning's "ddp_fork"): the ranks start without re-importing torch/torchmetrics.
+    mp.start_processes(_ddp_worker, args=(2, *args), nprocs=2, join=True, start_method="fork")
     assert float(torch.load(out)) == pytest.approx(_fd(classifier_file, real, fake), rel=1e-5)
 
 

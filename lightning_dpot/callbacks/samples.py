@@ -1,0 +1,126 @@
+"""Sample grids with fixed latent noise, saved as PNG and sent to the logger (SPEC §9).
+
+The latent codes z_1, …, z_K ~ Unif[latent_range]^latent_dim are drawn **once**, from a seeded
+``torch.Generator`` of their own (the global RNG is neither read nor advanced), and reused at
+every epoch, so the grids G_t(z_1), …, G_t(z_K) of successive epochs show how the same codes
+evolve. Sampling is post-processing of the trained generator: no privacy cost.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor
+
+from lightning_dpot.privacy.validation import check_positive_int
+
+
+def images_to_grid(images: Tensor, nrow: int | None = None, low: float = -1.0, high: float = 1.0):
+    """Images ``(K, C, H, W)`` with values in [low, high] → one grid image ``(3, H', W')`` in
+    [0, 1] (``torchvision.utils.make_grid``, ``nrow`` per row, default ⌈√K⌉)."""
+    from torchvision.utils import make_grid
+
+    if images.ndim != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(
+            f"images must have shape (K, C, H, W) with C in (1, 3), got {tuple(images.shape)}"
+        )
+    nrow = nrow or math.ceil(math.sqrt(images.shape[0]))
+    scaled = ((images.detach().float().cpu() - low) / (high - low)).clamp(0.0, 1.0)
+    return make_grid(scaled, nrow=nrow, padding=2, pad_value=1.0)
+
+
+class SampleGrid(Callback):
+    """Saves ``samples_epoch{E}.png`` every ``every_n_epochs`` epochs and ``samples.png`` (the
+    latest grid) in ``trainer.log_dir``, and logs the grid as ``key`` to every logger that has
+    ``log_image`` (e.g. wandb).
+
+    Works with any module that has ``latent_range``, ``generator.latent_dim`` and returns images
+    ``(K, C, H, W)`` in [−1, 1] from ``forward(z)`` (every
+    :class:`~lightning_dpot.methods.base.GeneratorModule` on image data); for non-image records
+    it warns once and does nothing.
+
+    Args:
+        num_samples: K, the number of images in the grid.
+        every_n_epochs: save a grid after every n-th training epoch (and always at the end).
+        seed: seed of the generator that draws the fixed latent codes.
+        nrow: images per grid row (default ⌈√K⌉).
+        key: name of the logged image.
+    """
+
+    def __init__(
+        self,
+        num_samples: int = 64,
+        every_n_epochs: int = 1,
+        seed: int = 0,
+        nrow: int | None = None,
+        key: str = "samples",
+    ) -> None:
+        self.num_samples = check_positive_int("num_samples", num_samples)
+        self.every_n_epochs = check_positive_int("every_n_epochs", every_n_epochs)
+        self.seed = int(seed)
+        self.nrow = None if nrow is None else check_positive_int("nrow", nrow)
+        self.key = key
+        self._latent: Tensor | None = None
+        self._last_saved_step: int | None = None
+        self._disabled = False
+
+    def fixed_latent(self, pl_module: L.LightningModule) -> Tensor:
+        """The K fixed latent codes (drawn once, on the CPU, from the callback's own seed)."""
+        if self._latent is None:
+            low, high = pl_module.latent_range
+            generator = torch.Generator().manual_seed(self.seed)
+            u = torch.rand(self.num_samples, pl_module.generator.latent_dim, generator=generator)
+            self._latent = low + (high - low) * u
+        return self._latent
+
+    @torch.no_grad()
+    def generate(self, pl_module: L.LightningModule) -> Tensor:
+        """G(z_k) for the fixed codes, in eval mode (training mode restored afterwards)."""
+        was_training = pl_module.training
+        pl_module.eval()
+        try:
+            images = pl_module(self.fixed_latent(pl_module).to(pl_module.device))
+        finally:
+            pl_module.train(was_training)
+        return images.detach().cpu()
+
+    def save_grid(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> Path | None:
+        """Write ``samples_{tag}.png`` and ``samples.png``; log the grid. Rank 0 only."""
+        if self._disabled or not trainer.is_global_zero:
+            return None
+        from torchvision.utils import save_image
+
+        images = self.generate(pl_module)
+        if images.ndim != 4 or images.shape[1] not in (1, 3):
+            warnings.warn(
+                f"SampleGrid: records of shape {tuple(images.shape[1:])} are not images "
+                "(C, H, W) with C in (1, 3); no sample grids will be saved",
+                stacklevel=2,
+            )
+            self._disabled = True
+            return None
+        grid = images_to_grid(images, self.nrow)
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = log_dir / f"samples_{tag}.png"
+        save_image(grid, path)
+        save_image(grid, log_dir / "samples.png")
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_image"):
+                logger.log_image(key=self.key, images=[grid], step=trainer.global_step)
+        self._last_saved_step = trainer.global_step
+        return path
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        if (epoch + 1) % self.every_n_epochs == 0:
+            self.save_grid(trainer, pl_module, f"epoch{epoch}")
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._last_saved_step != trainer.global_step:
+            self.save_grid(trainer, pl_module, f"epoch{trainer.current_epoch}")

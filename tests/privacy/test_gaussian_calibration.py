@@ -1,0 +1,92 @@
+"""Gaussian calibrations against paper values and independent evaluations of their formulas."""
+
+import math
+
+import pytest
+from scipy.stats import norm
+
+from lightning_dpot.privacy.gaussian import (
+    analytic_gaussian_delta,
+    classical_epsilon,
+    classical_sigma,
+    gaussian_epsilon,
+    gaussian_sigma,
+    zhao_epsilon,
+    zhao_sigma,
+)
+
+
+@pytest.mark.parametrize(("epsilon", "sigma"), [(25.0, 9.17), (35.0, 7.24)])
+def test_analytic_calibration_reproduces_paper_001_fashion_sigmas(epsilon, sigma):
+    # Paper 001 §IV-G: Δ2 = 40, δ = 1e-4 → σ = 9.17 (ε = 25) and σ = 7.24 (ε = 35).
+    assert gaussian_sigma(epsilon, 1e-4, 40.0) == pytest.approx(sigma, abs=0.01)
+
+
+def test_analytic_delta_matches_independent_balle_wang_formula():
+    sigma, eps, sens = 1.3, 0.7, 2.0
+    expected = norm.cdf(sens / (2 * sigma) - eps * sigma / sens) - math.exp(eps) * norm.cdf(
+        -sens / (2 * sigma) - eps * sigma / sens
+    )
+    assert analytic_gaussian_delta(sigma, eps, sens) == pytest.approx(expected, rel=1e-10)
+
+
+def test_analytic_sigma_is_tight():
+    sigma = gaussian_sigma(2.0, 1e-5, 1.0)
+    assert analytic_gaussian_delta(sigma, 2.0, 1.0) == pytest.approx(1e-5, rel=1e-6)
+    assert analytic_gaussian_delta(0.99 * sigma, 2.0, 1.0) > 1e-5
+
+
+@pytest.mark.parametrize("method", ["analytic", "zhao"])
+def test_sigma_and_epsilon_round_trip(method):
+    sigma = gaussian_sigma(3.0, 1e-5, 56.0, method)
+    assert gaussian_epsilon(sigma, 1e-5, 56.0, method) == pytest.approx(3.0, rel=1e-8)
+
+
+def test_zhao_matches_paper_eq_10():
+    eps, delta, sens = 5.0, 1e-4, 2.0
+    c = math.sqrt(math.log(2 / (math.sqrt(16 * delta + 1) - 1)))
+    assert zhao_sigma(eps, delta, sens) == pytest.approx(
+        (c + math.sqrt(c * c + eps)) / (eps * math.sqrt(2)) * sens
+    )
+    assert zhao_epsilon(zhao_sigma(eps, delta, sens), delta, sens) == pytest.approx(eps)
+
+
+def test_analytic_is_never_looser_than_zhao_or_classical():
+    for eps in (0.1, 0.5, 0.9):
+        a = gaussian_sigma(eps, 1e-5, 1.0)
+        assert a <= zhao_sigma(eps, 1e-5, 1.0)
+        assert a <= classical_sigma(eps, 1e-5, 1.0)
+
+
+def test_classical_formula_value():
+    assert classical_sigma(0.5, 1e-5, 1.0) == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 0.5)
+
+
+def test_classical_refuses_epsilon_at_least_one():
+    with pytest.raises(ValueError, match="epsilon must be < 1"):
+        classical_sigma(1.0, 1e-5, 1.0)
+    with pytest.raises(ValueError, match="classical"):
+        classical_epsilon(0.1, 1e-5, 1.0)
+
+
+@pytest.mark.parametrize("eps", [0.0, -1.0, math.inf, math.nan])
+def test_refuses_bad_epsilon(eps):
+    with pytest.raises(ValueError, match="epsilon must be a finite number > 0"):
+        gaussian_sigma(eps, 1e-5, 1.0)
+
+
+@pytest.mark.parametrize("delta", [0.0, 1.0, -0.1, 1.5, math.nan])
+def test_refuses_delta_outside_unit_interval(delta):
+    with pytest.raises(ValueError, match=r"delta must lie in the open interval \(0, 1\)"):
+        gaussian_sigma(1.0, delta, 1.0)
+
+
+@pytest.mark.parametrize("sens", [0.0, -2.0])
+def test_refuses_nonpositive_sensitivity(sens):
+    with pytest.raises(ValueError, match="sensitivity must be a finite number > 0"):
+        gaussian_sigma(1.0, 1e-5, sens)
+
+
+def test_refuses_unknown_calibration():
+    with pytest.raises(ValueError, match="calibration must be one of"):
+        gaussian_sigma(1.0, 1e-5, 1.0, "exact")
