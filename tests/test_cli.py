@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 def _tiny_fit_args(tmp_path, config="configs/quickstart.yaml"):
     return [
         "fit",
-        "--config", str(REPO / config),
+        "--config",
+        str(REPO / config),
         "--trainer.max_epochs=1",
         "--trainer.enable_progress_bar=false",
         f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
@@ -34,7 +35,9 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(tmp_path, 
     assert report["privacy"]["epsilon"] == 5.0
     assert report["privacy"]["sensitivity_l2"] == 2.0
     assert report["loss"]["regularization"] == "entropic"
-    assert report["loss"]["entropic_reg"] == pytest.approx(2 * report["privacy"]["noise_scale"] ** 2)
+    assert report["loss"]["entropic_reg"] == pytest.approx(
+        2 * report["privacy"]["noise_scale"] ** 2
+    )
     assert report["metrics"]["manifold_error"] >= 0
     assert Path(report["config_path"]).is_file()
     assert (run_dir / "scatter.png").is_file()
@@ -53,30 +56,92 @@ def test_privatize_writes_a_release_a_trainer_can_use(tmp_path, capsys):
 
 
 def test_account_calibrate_gaussian_prints_sigma(capsys):
-    main(["account", "calibrate", "--mechanism", "gaussian", "--epsilon", "25", "--delta", "1e-4",
-          "--sensitivity", "40"])
+    main(
+        [
+            "account",
+            "calibrate",
+            "--mechanism",
+            "gaussian",
+            "--epsilon",
+            "25",
+            "--delta",
+            "1e-4",
+            "--sensitivity",
+            "40",
+        ]
+    )
     assert json.loads(capsys.readouterr().out)["sigma"] == pytest.approx(9.17, abs=0.01)
 
 
 def test_account_calibrate_laplace_prints_scale(capsys):
-    main(["account", "calibrate", "--mechanism", "laplace", "--epsilon", "196",
-          "--sensitivity", "1568"])
+    main(
+        [
+            "account",
+            "calibrate",
+            "--mechanism",
+            "laplace",
+            "--epsilon",
+            "196",
+            "--sensitivity",
+            "1568",
+        ]
+    )
     assert json.loads(capsys.readouterr().out)["scale"] == pytest.approx(8.0)
 
 
 def test_account_calibrate_zhao_and_classical(capsys):
-    main(["account", "calibrate", "--mechanism", "gaussian", "--epsilon", "0.5", "--delta", "1e-5",
-          "--sensitivity", "1", "--method", "classical"])
+    main(
+        [
+            "account",
+            "calibrate",
+            "--mechanism",
+            "gaussian",
+            "--epsilon",
+            "0.5",
+            "--delta",
+            "1e-5",
+            "--sensitivity",
+            "1",
+            "--method",
+            "classical",
+        ]
+    )
     assert json.loads(capsys.readouterr().out)["sigma"] == pytest.approx(9.6896, abs=1e-3)
 
 
 def test_account_calibrate_refuses_bad_input_with_the_parameter_name():
     with pytest.raises(SystemExit, match="delta must lie in the open interval"):
-        main(["account", "calibrate", "--mechanism", "gaussian", "--epsilon", "1",
-              "--delta", "2", "--sensitivity", "1"])
+        main(
+            [
+                "account",
+                "calibrate",
+                "--mechanism",
+                "gaussian",
+                "--epsilon",
+                "1",
+                "--delta",
+                "2",
+                "--sensitivity",
+                "1",
+            ]
+        )
     with pytest.raises(SystemExit, match="epsilon must be < 1"):
-        main(["account", "calibrate", "--mechanism", "gaussian", "--epsilon", "3",
-              "--delta", "1e-5", "--sensitivity", "1", "--method", "classical"])
+        main(
+            [
+                "account",
+                "calibrate",
+                "--mechanism",
+                "gaussian",
+                "--epsilon",
+                "3",
+                "--delta",
+                "1e-5",
+                "--sensitivity",
+                "1",
+                "--method",
+                "classical",
+            ]
+        )
 
 
 def test_top_level_help_lists_commands(capsys):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 
 def _print_json(result: dict) -> None:
-    print(json.dumps(result, indent=2, sort_keys=True))
+    print(json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def _calibrate(args: argparse.Namespace) -> dict:

@@ -2,6 +2,7 @@
 
 from lightning_dpot.data.denoise import wavelet_denoise
 from lightning_dpot.data.images import MNIST, CelebA, FashionMNIST, ImageFolder
+from lightning_dpot.data.latent import PrivateLatentDataModule, PublicSplitDataModule
 from lightning_dpot.data.manifolds import Ellipse, GaussianMixture2D, HalfCircle, Rectangle
 from lightning_dpot.data.privatized import PrivatizedDataModule
 from lightning_dpot.data.release import Release
@@ -20,7 +21,9 @@ __all__ = [
     "Ellipse",
     "GaussianMixture2D",
     "HalfCircle",
+    "PrivateLatentDataModule",
     "PrivatizedDataModule",
+    "PublicSplitDataModule",
     "Rectangle",
     "Release",
     "TensorFile",

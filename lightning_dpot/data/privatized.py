@@ -32,7 +32,7 @@ from lightning_dpot.privacy.gaussian import GaussianCalibration
 from lightning_dpot.privacy.ldp import LocalRandomizer
 from lightning_dpot.privacy.mechanisms import MechanismName, make_mechanism
 from lightning_dpot.privacy.transforms import RecordTransform, make_transform
-from lightning_dpot.privacy.validation import check_positive_int
+from lightning_dpot.privacy.validation import check_delta, check_positive_int
 
 
 class PrivatizedDataModule(L.LightningDataModule):
@@ -55,6 +55,9 @@ class PrivatizedDataModule(L.LightningDataModule):
         batch_size: training batch size (the full release when ``None``).
         cache_dir: where releases are cached.
         release_path: load this release (written by ``dpot privatize``) instead of privatizing.
+        shuffle_delta: if set, also report the central (ε, δ)-DP guarantee that the shuffled
+            release gives by amplification by shuffling (Feldman, McMillan, Talwar 2021), at
+            this δ; pure ε0-LDP (Laplace) only.
         denoise: ``"wavelet"`` trains on the release denoised by wavelet thresholding (baseline
             of paper 001 Fig. 3; identity transform only). Post-processing at ``setup``, no
             privacy cost: the cached release is neither changed nor replaced, and the
@@ -82,6 +85,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         release_path: str | None = None,
         denoise: str | None = None,
         denoise_wavelet: str = "db4",
+        shuffle_delta: float | None = None,
     ) -> None:
         super().__init__()
         self._check_denoise(denoise, denoise_wavelet, transform if release_path is None else None)
@@ -122,6 +126,15 @@ class PrivatizedDataModule(L.LightningDataModule):
             )
         else:
             self._load_release_file(self.release_path)
+        self.shuffle_delta = shuffle_delta
+        if shuffle_delta is not None:
+            check_delta(shuffle_delta, "shuffle_delta")
+            if self.mechanism.name != "laplace":
+                raise ValueError(
+                    "shuffle_delta: amplification by shuffling (Feldman, McMillan, Talwar 2021) "
+                    "is proven for pure ε0-LDP randomizers; the Gaussian mechanism is only "
+                    "(ε, δ)-LDP, so no shuffled central guarantee is reported for it"
+                )
 
     # -- the public facts the methods read -------------------------------------------------
     @property
@@ -163,7 +176,10 @@ class PrivatizedDataModule(L.LightningDataModule):
         splits = self.source.load()
         seed = self.seed if self.seed is not None else secrets.randbits(63)
         generator = torch.Generator().manual_seed(seed)
+        # The release is stored in a secret uniformly random order: the trainer receives
+        # shuffled reports, which is what amplification by shuffling requires.
         data = self.randomizer(splits.train, generator)
+        data = data[torch.randperm(len(data), generator=generator)]
         metadata = {
             **self._release_config(),
             "privacy": self.randomizer.describe(),
@@ -299,6 +315,33 @@ class PrivatizedDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
         )
 
+    def _shuffling_report(self) -> dict:
+        if self.shuffle_delta is None or self.release is None:
+            return {}
+        from lightning_dpot.privacy.shuffling import (
+            closed_form_max_epsilon0,
+            shuffle_epsilon_closed_form,
+            shuffle_epsilon_numerical,
+        )
+
+        eps0, n, delta = self.mechanism.epsilon, len(self.release), self.shuffle_delta
+        closed = (
+            shuffle_epsilon_closed_form(eps0, n, delta)
+            if eps0 <= closed_form_max_epsilon0(n, delta)
+            else None
+        )
+        return {
+            "central_by_shuffling": {
+                "guarantee": "central (ε, δ)-DP of the shuffled release, replace-one adjacency",
+                "reference": "Feldman, McMillan, Talwar 2021 (Hiding among the clones)",
+                "epsilon0": eps0,
+                "n": n,
+                "delta": delta,
+                "epsilon_numerical": shuffle_epsilon_numerical(eps0, n, delta),
+                "epsilon_closed_form": closed,
+            }
+        }
+
     def privacy_report(self) -> dict:
         """The LDP guarantee of the release: fixed at privatization, it does not grow with
         training (paper 001, Remark 1; post-processing)."""
@@ -313,6 +356,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             **{k: v for k, v in self.randomizer.describe().items() if k not in mech.describe()},
             "n_released": None if self.release is None else len(self.release),
             "seed_is_public": None if self.metadata is None else self.metadata["seed_is_public"],
+            **self._shuffling_report(),
             **self._post_processing_report(),
         }
 

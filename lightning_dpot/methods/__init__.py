@@ -1,7 +1,17 @@
 """Methods: one LightningModule per method."""
 
+from lightning_dpot.methods.autoencoder import AutoencoderModule
 from lightning_dpot.methods.base import GeneratorModule
+from lightning_dpot.methods.dpsw import DPSWFlow, DPSWFlowR, DPSWGen
 from lightning_dpot.methods.entropic_wgan import EntropicWGAN
 from lightning_dpot.methods.noisy_wgan import NoisyWGAN
 
-__all__ = ["EntropicWGAN", "GeneratorModule", "NoisyWGAN"]
+__all__ = [
+    "AutoencoderModule",
+    "DPSWFlow",
+    "DPSWFlowR",
+    "DPSWGen",
+    "EntropicWGAN",
+    "GeneratorModule",
+    "NoisyWGAN",
+]

@@ -377,15 +377,19 @@ class ClassifierFrechetDistance(Metric):
         self.reset_real_features = bool(reset_real_features)
         for side in ("real", "fake"):
             self.add_state(
-                f"{side}_features_sum", torch.zeros(num_features, dtype=torch.float64), "sum"
+                f"{side}_features_sum",
+                torch.zeros(num_features, dtype=torch.float64),
+                dist_reduce_fx="sum",
             )
             self.add_state(
                 f"{side}_features_cov_sum",
                 torch.zeros(num_features, num_features, dtype=torch.float64),
-                "sum",
+                dist_reduce_fx="sum",
             )
             self.add_state(
-                f"{side}_features_num_samples", torch.tensor(0, dtype=torch.int64), "sum"
+                f"{side}_features_num_samples",
+                torch.tensor(0, dtype=torch.int64),
+                dist_reduce_fx="sum",
             )
 
     @classmethod

@@ -41,12 +41,14 @@ their settings and wraps them.
   on a grid of width :data:`DEFAULT_PLD_VALUE_DISCRETIZATION` with pessimistic rounding, composed
   :math:`T` times by FFT, and :math:`\varepsilon(\delta)` read off the hockey-stick divergence.
   Also an upper bound (up to the library's truncated tail mass, :math:`e^{-50}` per composition),
-  and tighter than RDP: typically 5-10 % smaller ε for the settings of paper 002.
+  and tighter than RDP: ε = 0.93 vs 1.01 at the paper-002 MNIST setting (σ = 1.5, q = 1/1200,
+  T = 160,000, δ = 1e-5), and far smaller for few steps (0.07 vs 0.24 at T = 1,200).
 
 Layout
 ------
-Pure functions (:func:`sgm_rdp`, :func:`sgm_epsilon`, :func:`sgm_epsilon_of_history`,
-:func:`sgm_max_steps`, :func:`sgm_min_noise_multiplier`) hold the mathematics; the
+Pure functions (:func:`sgm_rdp`, :func:`rdp_to_epsilon`, :func:`sgm_pld`, :func:`pld_to_epsilon`,
+:func:`sgm_epsilon`, :func:`sgm_epsilon_of_history`, :func:`sgm_max_steps`,
+:func:`sgm_min_noise_multiplier`, :func:`largest_count_within`) hold the mathematics; the
 :class:`PrivacyAccountant` classes only record what was released (a history of runs of identical
 steps) and call them, as in Opacus (``opacus/accountants/analysis`` vs ``opacus/accountants``).
 """

@@ -66,14 +66,25 @@ def test_a_second_process_sees_bit_identical_data(tmp_path):
 def test_resumed_fit_sees_the_same_release(tmp_path):
     dm = _dm(tmp_path)
     model = EntropicWGAN(MLPGenerator(2, (2,), (16,)))
-    trainer = L.Trainer(max_epochs=1, logger=False, default_root_dir=tmp_path, barebones=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        default_root_dir=tmp_path,
+        barebones=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model, dm)
     ckpt = tmp_path / "last.ckpt"
     trainer.save_checkpoint(ckpt)
     dm2 = _dm(tmp_path)
-    trainer2 = L.Trainer(max_epochs=2, logger=False, default_root_dir=tmp_path,
-                         enable_progress_bar=False, enable_model_summary=False)
+    trainer2 = L.Trainer(
+        max_epochs=2,
+        logger=False,
+        default_root_dir=tmp_path,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer2.fit(EntropicWGAN(MLPGenerator(2, (2,), (16,))), dm2, ckpt_path=ckpt)
     assert trainer2.global_step == 2 * trainer.global_step
     assert torch.equal(dm.release, dm2.release)
@@ -119,8 +130,13 @@ def test_release_file_round_trip_trains_without_raw_data(tmp_path):
     assert loaded.mechanism.noise_scale == pytest.approx(dm.mechanism.noise_scale)
     assert loaded.mechanism.sensitivity == pytest.approx(1.8)
     assert loaded.support_diameter(1) == pytest.approx(dm.support_diameter(1))
-    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(EntropicWGAN(MLPGenerator(2, (2,), (16,))), loaded)
     assert trainer.global_step == 2
 
@@ -223,3 +239,27 @@ def test_digits_are_scaled_to_declared_bounds():
     assert splits.train.min() == -1.0 and splits.train.max() == 1.0
     assert splits.train.shape[1:] == (1, 8, 8)
     assert len(splits.train) + len(splits.test) == 1797
+
+
+def test_release_is_stored_in_a_shuffled_order(tmp_path):
+    source = HalfCircle(n=2000, n_test=10)
+    dm = _dm(tmp_path, source=source, seed=5, epsilon=200.0)
+    dm.setup("fit")
+    raw = source.load().train
+    # In raw order each released row would lie within E‖Z‖ = σ√(π/2) of its raw record.
+    in_order = (dm.release - raw).norm(dim=1).mean().item()
+    assert in_order > 5 * dm.mechanism.noise_scale * (torch.pi / 2) ** 0.5
+
+
+def test_shuffled_central_guarantee_for_laplace_release(tmp_path):
+    dm = _dm(tmp_path, mechanism="laplace", delta=None, shuffle_delta=1e-6,
+             source=HalfCircle(n=4000, n_test=10))
+    dm.setup("fit")
+    report = dm.privacy_report()["central_by_shuffling"]
+    assert report["n"] == 4000 and report["epsilon0"] == 5.0
+    assert report["epsilon_numerical"] < 5.0
+
+
+def test_shuffling_is_refused_for_the_gaussian_mechanism(tmp_path):
+    with pytest.raises(ValueError, match="shuffle_delta: amplification by shuffling"):
+        _dm(tmp_path, shuffle_delta=1e-6)

@@ -14,10 +14,16 @@ def _fit(tmp_path, model, mechanism="gaussian", steps=3, **kw):
     kw = {"epsilon": 5.0, **kw}
     if mechanism == "gaussian":
         kw.setdefault("delta", 1e-4)
-    dm = PrivatizedDataModule(HalfCircle(n=400, n_test=50), mechanism, batch_size=100,
-                              cache_dir=str(tmp_path), **kw)
-    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    dm = PrivatizedDataModule(
+        HalfCircle(n=400, n_test=50), mechanism, batch_size=100, cache_dir=str(tmp_path), **kw
+    )
+    trainer = L.Trainer(
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(model, dm)
     return dm, trainer
 

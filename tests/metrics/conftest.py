@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 
@@ -27,3 +29,17 @@ def mnist_test_tensors(mnist_test_dir: Path) -> tuple[Tensor, Tensor]:
     labels = _read_idx_gz(mnist_test_dir / "t10k-labels-idx1-ubyte.gz")
     x = torch.from_numpy(images.astype(np.float32) / 127.5 - 1.0).unsqueeze(1)
     return x, torch.from_numpy(labels.astype(np.int64))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread_per_test_process() -> Iterator[None]:
+    """Run these CPU-heavy tests single-threaded (torch and BLAS), restoring the settings after.
+
+    The test machine is small and shared; oversubscribed intra-op threads make small conv and
+    L-BFGS workloads many times slower than one thread.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1):
+        yield
+    torch.set_num_threads(threads)

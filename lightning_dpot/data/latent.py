@@ -1,0 +1,289 @@
+"""DataModules of the two stages of the DP sliced-Wasserstein flow (paper 004, §5 and App. C).
+
+* :class:`PublicSplitDataModule` (stage 1) serves the **public** part of a seeded public/private
+  split (:mod:`lightning_dpot.data.split`) to train the autoencoder; the split is written to
+  ``split_file`` (if given) and into the autoencoder's checkpoint.
+* :class:`PrivateLatentDataModule` (stage 2) recomputes the split from its own source and seed,
+  **refuses** to start if it differs from the one stage 1 saved, encodes the **private** part with
+  the frozen public autoencoder into ℓ2-normalized latents (``‖z‖₂ = 1``; the sensitivity bound
+  of :mod:`lightning_dpot.privacy.sliced_sensitivity` rests on it) and serves them:
+
+  - ``sample_rate=None``: the module reads the whole private set once
+    (:meth:`PrivateLatentDataModule.private_records`, DPSWflow); the loader only yields step
+    numbers (``steps_per_epoch`` of them) to drive the training loop;
+  - ``sample_rate=q``: a Poisson-sampled batch of latents per step
+    (:mod:`lightning_dpot.data.poisson`; DPSWflow-r, DPSWgen), ``steps_per_epoch`` defaulting to
+    ``round(1/q)``.
+
+  Without an autoencoder (``autoencoder=None``, the 2-D toy of paper 004 §5.4) the whole training
+  set is private and the records themselves are released; they must lie in the unit ball (the
+  source's declared support), and ``normalize="ball"`` scales any row with ``‖x‖₂ > 1`` back onto
+  it (a per-record map that does not look at other records, so it costs no privacy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_dpot.data.poisson import poisson_dataloader
+from lightning_dpot.data.sources import DataSource
+from lightning_dpot.data.split import (
+    SPLIT_CHECKPOINT_KEY,
+    PublicPrivateSplit,
+    make_public_private_split,
+)
+from lightning_dpot.privacy.validation import check_positive_int, check_probability
+
+__all__ = ["PrivateLatentDataModule", "PublicSplitDataModule"]
+
+Normalization = Literal["sphere", "ball"]
+
+
+def _unit_ball(x: Tensor) -> Tensor:
+    return x / torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min(1.0)
+
+
+class PublicSplitDataModule(L.LightningDataModule):
+    """Stage 1: the public part of a seeded public/private split, for the autoencoder.
+
+    Args:
+        source: the dataset (e.g. ``MNIST(..., image_size=32)``).
+        public_fraction: fraction of the training records that is public (paper: 0.5).
+        split_seed: seed of the split permutation.
+        split_file: where to write the split as JSON (optional; the split is always saved in
+            the autoencoder checkpoint). If the file exists, the split must match it.
+        batch_size, num_workers: of the shuffled public loader.
+    """
+
+    def __init__(
+        self,
+        source: DataSource,
+        public_fraction: float = 0.5,
+        split_seed: int = 0,
+        split_file: str | None = None,
+        batch_size: int = 128,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.public_fraction = public_fraction
+        self.split_seed = split_seed
+        self.split_file = split_file
+        self.batch_size = check_positive_int("batch_size", batch_size)
+        self.num_workers = num_workers
+        self.split: PublicPrivateSplit | None = None
+        self.public_records: Tensor | None = None
+        self.test_records: Tensor | None = None
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.sample_shape)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.split is not None:
+            return
+        splits = self.source.load()
+        split = make_public_private_split(
+            splits.train, self.public_fraction, self.split_seed, self.source.describe()
+        )
+        if self.split_file is not None:
+            path = Path(self.split_file)
+            if path.is_file():
+                split.check_matches(PublicPrivateSplit.load(path), f"split_file={str(path)!r}")
+            else:
+                split.save(path)
+        self.split = split
+        self.public_records = splits.train[torch.tensor(split.public, dtype=torch.long)]
+        self.test_records = splits.test
+        del splits  # the private records are not kept by stage 1
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.public_records is not None, "call setup() first"
+        return DataLoader(
+            TensorDataset(self.public_records),
+            batch_size=self.batch_size,
+            shuffle=True,
+            num_workers=self.num_workers,
+        )
+
+
+def load_autoencoder_checkpoint(
+    autoencoder: nn.Module, checkpoint_path: str | Path
+) -> PublicPrivateSplit:
+    """Load the weights saved by :class:`~lightning_dpot.methods.autoencoder.AutoencoderModule`
+    (``state_dict`` keys ``autoencoder.*``) into ``autoencoder`` and return the split it saved."""
+    path = Path(checkpoint_path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"autoencoder_checkpoint={str(path)!r} does not exist; train stage 1 first "
+            "(dpot fit --config configs/dpswflow/<dataset>_autoencoder.yaml)"
+        )
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    if SPLIT_CHECKPOINT_KEY not in checkpoint:
+        raise ValueError(
+            f"autoencoder_checkpoint={str(path)!r} holds no public/private split: it was not "
+            "written by AutoencoderModule on a PublicSplitDataModule, so there is no evidence "
+            "that the autoencoder never saw the private records"
+        )
+    prefix = "autoencoder."
+    state = {
+        k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)
+    }
+    autoencoder.load_state_dict(state)
+    return PublicPrivateSplit.from_dict(checkpoint[SPLIT_CHECKPOINT_KEY])
+
+
+class PrivateLatentDataModule(L.LightningDataModule):
+    """Stage 2: ℓ2-normalized latents of the private split (module docstring).
+
+    Args:
+        source: the same dataset as stage 1.
+        autoencoder: the same architecture as stage 1 (weights come from the checkpoint); ``None``
+            for data that is released directly (2-D toy).
+        autoencoder_checkpoint: stage 1's checkpoint (required with ``autoencoder``).
+        public_fraction, split_seed: must equal stage 1's; the split is recomputed and compared
+            with the one in the checkpoint (and ``split_file`` if given): a mismatch is refused.
+        split_file: stage 1's JSON split, checked as well when given.
+        sample_rate: Poisson rate q per step, or ``None`` (whole private set, read once).
+        steps_per_epoch: training steps per epoch (default ``round(1/q)``, or 100 without q).
+        normalize: ``"sphere"`` (``z/‖z‖``, latents) or ``"ball"`` (``z/max(1, ‖z‖)``, toy).
+        encode_batch_size: batch size of the (no-grad) encoding pass.
+        seed: seed of the Poisson masks.
+    """
+
+    def __init__(
+        self,
+        source: DataSource,
+        autoencoder: nn.Module | None = None,
+        autoencoder_checkpoint: str | None = None,
+        public_fraction: float = 0.5,
+        split_seed: int = 0,
+        split_file: str | None = None,
+        sample_rate: float | None = None,
+        steps_per_epoch: int | None = None,
+        normalize: Normalization = "sphere",
+        encode_batch_size: int = 500,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if (autoencoder is None) != (autoencoder_checkpoint is None):
+            raise ValueError(
+                "autoencoder and autoencoder_checkpoint go together (both or neither), got "
+                f"autoencoder={type(autoencoder).__name__}, "
+                f"autoencoder_checkpoint={autoencoder_checkpoint!r}"
+            )
+        if normalize not in ("sphere", "ball"):
+            raise ValueError(f"normalize must be 'sphere' or 'ball', got {normalize!r}")
+        self.source = source
+        self.autoencoder = autoencoder
+        self.autoencoder_checkpoint = autoencoder_checkpoint
+        self.public_fraction = public_fraction
+        self.split_seed = split_seed
+        self.split_file = split_file
+        self.sample_rate = (
+            None if sample_rate is None else check_probability("sample_rate", sample_rate)
+        )
+        if steps_per_epoch is None:
+            steps_per_epoch = 100 if sample_rate is None else max(1, round(1.0 / sample_rate))
+        self.steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+        self.normalize = normalize
+        self.encode_batch_size = check_positive_int("encode_batch_size", encode_batch_size)
+        self.seed = seed
+        self.split: PublicPrivateSplit | None = None
+        self.latents: Tensor | None = None
+        self.test_records: Tensor | None = None
+        if self.autoencoder is not None:
+            self.autoencoder.requires_grad_(False)
+
+    # -- facts the modules read ------------------------------------------------------------------
+    @property
+    def latent_dim(self) -> int:
+        if self.autoencoder is not None:
+            return int(self.autoencoder.latent_dim)
+        return int(self.source.dim)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.sample_shape)
+
+    @property
+    def num_private(self) -> int:
+        assert self.latents is not None, "call setup() first"
+        return int(self.latents.shape[0])
+
+    def private_records(self) -> Tensor:
+        """The ``(n, d)`` private latents, each with ``‖z‖₂ ≤ 1`` (``= 1`` for ``"sphere"``).
+
+        Only a DP mechanism may consume them (a module's release); everything else must use the
+        release."""
+        assert self.latents is not None, "call setup() first"
+        return self.latents
+
+    @torch.no_grad()
+    def encode(self, images: Tensor) -> Tensor:
+        """Public encoder, then the normalization: records → ``(n, d)`` latents."""
+        if self.autoencoder is None:
+            z = images.reshape(images.shape[0], -1).float()
+        else:
+            self.autoencoder.eval()
+            device = next(self.autoencoder.parameters()).device
+            parts = [
+                self.autoencoder.encode(images[i : i + self.encode_batch_size].to(device)).cpu()
+                for i in range(0, images.shape[0], self.encode_batch_size)
+            ]
+            z = torch.cat(parts)
+        norms = torch.linalg.vector_norm(z, dim=1, keepdim=True)
+        if self.normalize == "sphere":
+            return z / norms.clamp_min(1e-12)
+        return _unit_ball(z)
+
+    @torch.no_grad()
+    def decode(self, z: Tensor) -> Tensor:
+        """Latents → records (public decoder; the identity reshaped without an autoencoder)."""
+        if self.autoencoder is None:
+            return z.reshape(z.shape[0], *self.sample_shape)
+        self.autoencoder.eval()
+        device = next(self.autoencoder.parameters()).device
+        return self.autoencoder.decode(z.to(device))
+
+    # -- Lightning -------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.latents is not None:
+            return
+        splits = self.source.load()
+        self.test_records = splits.test
+        if self.autoencoder is None:
+            self.latents = self.encode(splits.train)
+            return
+        split = make_public_private_split(
+            splits.train, self.public_fraction, self.split_seed, self.source.describe()
+        )
+        assert self.autoencoder_checkpoint is not None
+        saved = load_autoencoder_checkpoint(self.autoencoder, self.autoencoder_checkpoint)
+        split.check_matches(saved, f"autoencoder_checkpoint={self.autoencoder_checkpoint!r}")
+        if self.split_file is not None:
+            split.check_matches(
+                PublicPrivateSplit.load(self.split_file), f"split_file={self.split_file!r}"
+            )
+        self.split = split
+        private = splits.train[torch.tensor(split.private, dtype=torch.long)]
+        del splits
+        self.latents = self.encode(private)
+
+    def train_dataloader(self) -> DataLoader:
+        latents = self.private_records()
+        if self.sample_rate is None:
+            steps = torch.arange(self.steps_per_epoch)
+            return DataLoader(TensorDataset(steps), batch_size=1, shuffle=False)
+        return poisson_dataloader(
+            TensorDataset(latents),
+            self.sample_rate,
+            num_steps=self.steps_per_epoch,
+            seed=self.seed,
+        )

@@ -1,0 +1,90 @@
+"""Stage 1 of the DP sliced-Wasserstein flow: an autoencoder trained on the public split only.
+
+Paper 004 §5 / App. C: the autoencoder is trained on ``X_pub`` and never sees ``X_priv``; its
+encoder maps records to ℓ2-normalized latents on which the DP flow runs. Training is ordinary
+(non-private) minimisation of the reconstruction error
+
+    L(x) = mean ‖D(E(x)) − x‖²   (``loss="mse"``)   or
+    L(x) = BCE((D(E(x)) + 1)/2, (x + 1)/2)   (``loss="bce"``, pixels mapped to [0, 1]),
+
+and costs no privacy because only public records are used. The public/private split of the
+datamodule (:class:`~lightning_dpot.data.latent.PublicSplitDataModule`) is written into every
+checkpoint under ``"public_private_split"``; stage 2 refuses to start if its split differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lightning_dpot.data.split import SPLIT_CHECKPOINT_KEY
+from lightning_dpot.nn.autoencoder import Autoencoder
+
+__all__ = ["AutoencoderModule"]
+
+
+class AutoencoderModule(L.LightningModule):
+    """Trains ``autoencoder`` on the public split (module docstring).
+
+    Args:
+        autoencoder: e.g. :class:`~lightning_dpot.nn.ConvAutoencoder32`.
+        loss: ``"mse"`` or ``"bce"``.
+        lr: Adam learning rate.
+    """
+
+    def __init__(
+        self, autoencoder: Autoencoder, loss: Literal["mse", "bce"] = "mse", lr: float = 1e-3
+    ) -> None:
+        super().__init__()
+        if loss not in ("mse", "bce"):
+            raise ValueError(f"loss must be 'mse' or 'bce', got {loss!r}")
+        self.save_hyperparameters(ignore=["autoencoder"])
+        self.autoencoder = autoencoder
+        self.loss = loss
+        self.lr = lr
+
+    @property
+    def latent_dim(self) -> int:
+        return int(self.autoencoder.latent_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.autoencoder(x)
+
+    def reconstruction_loss(self, x: Tensor) -> Tensor:
+        recon = self.autoencoder(x)
+        if self.loss == "mse":
+            return F.mse_loss(recon, x)
+        return F.binary_cross_entropy((recon + 1) / 2, ((x + 1) / 2).clamp(0, 1))
+
+    def setup(self, stage: str) -> None:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is not None and not hasattr(datamodule, "public_records"):
+            raise TypeError(
+                "AutoencoderModule must be trained on a PublicSplitDataModule (public split "
+                f"only), got {type(datamodule).__name__}"
+            )
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        loss = self.reconstruction_loss(batch[0])
+        self.log("train/reconstruction", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.autoencoder.parameters(), lr=self.lr)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        split = getattr(datamodule, "split", None)
+        if split is not None:
+            checkpoint[SPLIT_CHECKPOINT_KEY] = split.to_dict()
+
+    @torch.no_grad()
+    def sample(self, n: int) -> Tensor:
+        """Decoded random points of the latent sphere (a sanity view of the decoder, not a
+        generative model)."""
+        z = torch.randn(n, self.latent_dim, device=self.device)
+        return self.autoencoder.decode(z / z.norm(dim=1, keepdim=True)).cpu()

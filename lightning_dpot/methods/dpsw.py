@@ -1,0 +1,758 @@
+r"""DP sliced-Wasserstein flows and the DPSWgen baseline (paper 004, §4–5, Algorithms 1–2).
+
+All three methods touch the private data only through the Gaussian release of random projections
+(eq. 23, :func:`~lightning_dpot.privacy.sliced_sensitivity.gaussian_sliced_release`)
+
+    M(Y) = Y Θᵀ + Z,   Z_{ij} ~ N(0, σ²),   records ‖y_i‖₂ ≤ 1 (ℓ2-normalized latents),
+
+whose ℓ2 (Frobenius) sensitivity under **replace-one** adjacency is ``Δ = 2·sqrt(w(N_θ, δ_s))``
+(Lemma 1, eqs. 24–26; ``w`` by default from the rigorous Chernoff bound — the paper's CLT form
+(26) is a normal approximation whose true tail exceeds δ_s, so it is not a valid bound; eq. (25)
+is valid but loose), holding with probability ≥ 1 − δ_s over Θ. Everything after the release
+(sorting, quantiles, the particle updates, the generator's gradient) is post-processing.
+
+* :class:`DPSWFlow` (Algorithm 2): Θ of ``N_θ`` directions is drawn **once**, the whole private set
+  is released **once** (one Gaussian mechanism, no composition) and the sorted release is cached
+  as module state (saved in checkpoints; never redrawn on resume or per DDP rank — rank 0 draws
+  and broadcasts). Each step uses ``M_θ`` of the ``N_θ`` columns, chosen by a generator seeded by
+  ``(seed, step)``. Guarantee: ``(ε, δ + δ_s)`` with ``ε`` from the analytic Gaussian mechanism
+  (Balle & Wang 2018) for ``σ/Δ``; it does not grow with the number of steps.
+  *Samples*: the particles (``num_particles`` of them). Any number more is free: rerun the flow
+  from the cached release (:meth:`DPSWFlow.generate`), which is post-processing.
+* :class:`DPSWFlowR` (Algorithm 1): every step draws a fresh Θ (seeded by ``(seed, step)``) and
+  releases a fresh Poisson-sampled private minibatch (rate ``q``). The accountant composes ``T``
+  steps of the Poisson-subsampled Gaussian with noise multiplier ``σ/Δ``
+  (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`, via :meth:`dp_step`); the
+  reported δ is ``δ + T·δ_s`` (union bound over the ``T`` draws of Θ).
+  *Samples*: exactly the ``num_particles`` particles. More samples would need a new flow, i.e. new
+  releases of private data, which spends budget: :meth:`DPSWFlowR.sample` refuses ``n`` beyond
+  the particle count.
+* :class:`DPSWGen` (baseline, Rakotomamonjy & Ralaivola 2021): a generator with the decoder's
+  architecture, trained by minimising the DP sliced-Wasserstein loss between the public-encoder
+  latents of its images and the per-step release; accounted exactly like :class:`DPSWFlowR`.
+  *Samples*: unlimited and free (a trained generator).
+
+**Adjacency (read this).** The sensitivity Δ is for replacing one record (fixed n), as in the
+paper. :class:`DPSWFlow` releases the full private set once: replace-one is exact there. The
+SGM accountants used for :class:`DPSWFlowR` / :class:`DPSWGen` analyse add/remove-one adjacency
+for a *sum* query; here each sampled record is released as its own noisy row, so the number of
+rows (the Poisson batch size) is part of the output and the neighbouring datasets of add/remove
+have different output shapes. The number the accountant prints is therefore the standard
+"SGM with multiplier σ/Δ" figure the paper reports, not a proof for this mechanism; a rigorous
+alternative (fixed-size sampling without replacement, which fixes the output shape, with the
+replace-one subsampled-Gaussian RDP bound of Wang, Balle & Kasiviswanathan 2019) is not
+implemented yet. See ``docs/dpswflow.md``.
+
+**DDP.** Particles are sharded across ranks (``num_particles`` must be divisible by the world
+size); directions come from generators seeded by ``(seed, step)``, identical on every rank. The
+DPSWFlow release is drawn on rank 0 and broadcast. DPSWFlowR's per-step releases are made by
+each rank on its own Poisson shard (parallel composition, :mod:`lightning_dpot.data.poisson`) and
+all-gathered (post-processing), so every rank flows toward the same released batch. Checkpoints
+gather all shards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from lightning_dpot.ot.sliced import (
+    dp_sliced_wasserstein_loss,
+    random_directions,
+    sliced_flow_step,
+    sliced_wasserstein,
+)
+from lightning_dpot.privacy.accountants import sgm_epsilon, sgm_min_noise_multiplier
+from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
+from lightning_dpot.privacy.sliced_sensitivity import (
+    W_BOUNDS,
+    WBound,
+    gaussian_sliced_release,
+    sliced_noise_multiplier,
+    sliced_release_delta,
+    sliced_sensitivity,
+)
+from lightning_dpot.privacy.validation import (
+    check_delta,
+    check_epsilon,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
+
+__all__ = ["DPSWFlow", "DPSWFlowR", "DPSWGen", "seeded_generator"]
+
+_STREAM_DIRECTIONS, _STREAM_RELEASE, _STREAM_FLOW, _STREAM_INIT, _STREAM_SUBSET = range(5)
+
+
+def seeded_generator(*key: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator seeded by a tuple of integers (``SeedSequence(key)``), e.g.
+    ``(seed, stream, step)``: reproducible, independent streams, identical on every rank."""
+    state = np.random.SeedSequence([int(k) for k in key]).generate_state(2, dtype=np.uint32)
+    return torch.Generator(device=device).manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def _rank_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _all_gather_rows(x: Tensor) -> Tensor:
+    """Concatenate the rows of ``x`` from every rank (rows may differ in number)."""
+    _, world = _rank_world()
+    if world == 1:
+        return x
+    size = torch.tensor([x.shape[0]], device=x.device)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    torch.distributed.all_gather(sizes, size)
+    longest = int(max(s.item() for s in sizes))
+    padded = x.new_zeros((longest, *x.shape[1:]))
+    padded[: x.shape[0]] = x
+    parts = [torch.zeros_like(padded) for _ in range(world)]
+    torch.distributed.all_gather(parts, padded)
+    return torch.cat([p[: int(s.item())] for p, s in zip(parts, sizes, strict=True)])
+
+
+class _SlicedReleaseMixin:
+    """Calibration and the one place where private records are released."""
+
+    num_directions: int
+    delta: float
+    delta_s: float
+    w_bound: WBound
+    mechanism_calls: int
+
+    def sensitivity(self, dim: int) -> float:
+        """``Δ = 2·sqrt(w(N_θ, δ_s))`` for ``d = dim`` (:func:`sliced_sensitivity`)."""
+        return sliced_sensitivity(self.num_directions, dim, self.delta_s, self.w_bound)
+
+    def release(
+        self, records: Tensor, theta: Tensor, sigma: float, generator: torch.Generator
+    ) -> Tensor:
+        """The Gaussian mechanism ``records·Θᵀ + N(0, σ²)`` (eq. 23); counted in
+        ``mechanism_calls`` so tests can pin how often private data is released."""
+        self.mechanism_calls += 1
+        return gaussian_sliced_release(records, theta, sigma, generator)
+
+
+def _check_common(
+    num_directions: int, delta: float, delta_s: float, w_bound: str, step_size: float
+) -> None:
+    check_positive_int("num_directions", num_directions)
+    check_delta(delta)
+    check_delta(delta_s, name="delta_s")
+    check_positive("step_size", step_size)
+    if w_bound not in W_BOUNDS:
+        raise ValueError(f"w_bound must be one of {W_BOUNDS}, got {w_bound!r}")
+
+
+class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
+    """Particles as module state, manual optimisation, decoding and checkpoints."""
+
+    def __init__(
+        self,
+        num_particles: int,
+        num_directions: int,
+        noise_sigma: float | None,
+        target_epsilon: float | None,
+        delta: float,
+        delta_s: float,
+        w_bound: WBound,
+        step_size: float,
+        diffusion: float,
+        init_std: float | None,
+        evaluate_at: Literal["noisy", "projection"],
+        seed: int,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        _check_common(num_directions, delta, delta_s, w_bound, step_size)
+        if (noise_sigma is None) == (target_epsilon is None):
+            raise ValueError(
+                "give exactly one of noise_sigma (σ ≥ 0, 0 = not private) and target_epsilon "
+                f"(> 0), got noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
+            )
+        self.num_particles = check_positive_int("num_particles", num_particles)
+        if self.num_particles < 2:
+            raise ValueError(f"num_particles must be >= 2, got {num_particles!r}")
+        self.num_directions = num_directions
+        if noise_sigma is not None:
+            check_nonnegative("noise_sigma", noise_sigma)
+        self.target_epsilon = (
+            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+        )
+        self.delta, self.delta_s, self.w_bound = delta, delta_s, w_bound
+        self.step_size = step_size
+        self.diffusion = check_nonnegative("diffusion", diffusion)
+        self.init_std = None if init_std is None else check_positive("init_std", init_std)
+        self.evaluate_at = evaluate_at
+        self.seed = int(seed)
+        self.mechanism_calls = 0
+        self.noise_sigma: float = 0.0 if noise_sigma is None else float(noise_sigma)
+        self.dim: int | None = None
+        # Parameter only so that Lightning counts optimizer steps (global_step) in manual mode.
+        self._step_clock = nn.Parameter(torch.zeros(1))
+        self.register_buffer("particles", torch.empty(0), persistent=False)
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _datamodule(self) -> Any:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is None or not hasattr(datamodule, "private_records"):
+            raise TypeError(
+                f"{type(self).__name__} needs a PrivateLatentDataModule (private_records(), "
+                "decode()), got " + type(datamodule).__name__
+            )
+        return datamodule
+
+    def _init_particles(self, n: int, dim: int, rank: int) -> Tensor:
+        std = self.init_std if self.init_std is not None else 1.0 / math.sqrt(dim)
+        g = seeded_generator(self.seed, _STREAM_INIT, rank)
+        return std * torch.randn(n, dim, generator=g)
+
+    def setup(self, stage: str) -> None:
+        if self.dim is not None:
+            return
+        datamodule = self._datamodule()
+        datamodule.setup(stage)
+        self.dim = int(datamodule.latent_dim)
+        self._decode = datamodule.decode
+        rank, world = _rank_world()
+        if self.num_particles % world:
+            raise ValueError(
+                f"num_particles={self.num_particles} must be divisible by the world size {world}"
+            )
+        shard = self.num_particles // world
+        self.particles = self._init_particles(shard, self.dim, rank).to(self.device)
+        self.calibrate(datamodule)
+
+    def calibrate(self, datamodule: Any) -> None:
+        raise NotImplementedError
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([self._step_clock], lr=0.0)
+
+    def _tick(self) -> None:
+        """One optimizer step (no parameter changes): advances ``trainer.global_step``."""
+        self.optimizers().step()
+
+    def _flow_step(self, target_sorted: Tensor, theta: Tensor, step: int) -> None:
+        rank, _ = _rank_world()
+        g = seeded_generator(self.seed, _STREAM_FLOW, step, rank, device=self.particles.device)
+        self.particles = sliced_flow_step(
+            self.particles,
+            target_sorted,
+            theta,
+            self.step_size,
+            self.noise_sigma,
+            self.diffusion,
+            g,
+            evaluate_at=self.evaluate_at,
+            target_sorted=True,
+        )
+
+    # -- checkpoints (particles of all ranks) ----------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        _, world = _rank_world()
+        particles = self.particles
+        if world > 1:
+            parts = [torch.zeros_like(particles) for _ in range(world)]
+            torch.distributed.all_gather(parts, particles.contiguous())
+            particles = torch.cat(parts)
+        checkpoint["dpsw_particles"] = particles.detach().cpu()
+        checkpoint["dpsw_mechanism_calls"] = self.mechanism_calls
+        checkpoint["dpsw_noise_sigma"] = self.noise_sigma
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rank, world = _rank_world()
+        particles = checkpoint["dpsw_particles"]
+        shard = particles.shape[0] // world
+        self.particles = particles[rank * shard : (rank + 1) * shard].to(self.device)
+        self.dim = int(particles.shape[1])
+        self.mechanism_calls = int(checkpoint["dpsw_mechanism_calls"])
+        self.noise_sigma = float(checkpoint["dpsw_noise_sigma"])
+
+    # -- samples ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, z: Tensor) -> Tensor:
+        decode = getattr(self, "_decode", None)
+        if decode is None:
+            return z
+        return decode(z).cpu()
+
+    @torch.no_grad()
+    def sample(self, n: int | None = None) -> Tensor:
+        """The first ``n`` (default all) particles of this rank, decoded."""
+        n = self.particles.shape[0] if n is None else check_positive_int("n", n)
+        if n > self.particles.shape[0]:
+            raise ValueError(
+                f"n={n} exceeds the {self.particles.shape[0]} particles of this rank; "
+                + self._more_samples_note()
+            )
+        return self.decode(self.particles[:n])
+
+    def _more_samples_note(self) -> str:
+        raise NotImplementedError
+
+    def on_fit_end(self) -> None:
+        if self._trainer is None or not self.trainer.is_global_zero:
+            return
+        log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / "privacy_report.json").write_text(json.dumps(self.privacy_report(), indent=2))
+        samples = self.sample(min(64, self.particles.shape[0]))
+        if samples.ndim == 4 and samples.shape[1] in (1, 3):
+            from torchvision.utils import save_image
+
+            from lightning_dpot.callbacks.samples import images_to_grid
+
+            save_image(images_to_grid(samples), log_dir / "samples.png")
+        torch.save(self.particles.detach().cpu(), log_dir / "particles.pt")
+
+    def privacy_report(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def loss_description(self) -> dict[str, Any]:
+        return {"privacy": self.privacy_report()}
+
+
+class DPSWFlow(_ParticleFlow):
+    """DPSWflow (paper 004, Algorithm 2): one cached release, ``M_θ`` of ``N_θ`` directions/step.
+
+    Algorithm: draw ``Θ ∈ R^{N_θ×d}`` once; release ``Ỹ = YΘᵀ + Z`` once (all private latents);
+    cache ``sort(Ỹ)`` per column. Step ``k``: pick ``M_θ`` columns ``J_k`` (generator seeded by
+    ``(seed, k)``), ``X_{k+1} = X_k + h·v̂(X_k; Ỹ[:, J_k], Θ[J_k]) + sqrt(2λh)·ξ`` (eqs. 18–21,
+    :func:`~lightning_dpot.ot.sliced.sliced_flow_step`).
+
+    Privacy: one Gaussian mechanism with sensitivity ``Δ = 2·sqrt(w(N_θ, δ_s))`` (all ``N_θ``
+    directions count, whichever ``M_θ`` a step uses): ``ε = gaussian_epsilon(σ, δ, Δ)`` (analytic),
+    reported at ``δ + δ_s``. Give either ``noise_sigma`` (σ) or ``target_epsilon`` (σ is then
+    calibrated with the analytic Gaussian mechanism). ε never grows with steps.
+
+    Samples: ``num_particles``; more are free with :meth:`generate` (a new flow from the cache).
+
+    Args:
+        num_particles: particles N (all ranks together).
+        num_directions: ``N_θ`` (paper: 31).
+        directions_per_step: ``M_θ ≤ N_θ`` (paper: 25).
+        noise_sigma / target_epsilon: exactly one.
+        delta: δ of the Gaussian mechanism; delta_s: δ_s of the bound on w; w_bound: its form.
+        step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
+        evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
+        seed: seed of every random stream (Θ, release, subsets, flow noise, initial particles).
+    """
+
+    def __init__(
+        self,
+        num_particles: int = 4000,
+        num_directions: int = 31,
+        directions_per_step: int = 25,
+        noise_sigma: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = 1e-5,
+        delta_s: float = 1e-8,
+        w_bound: WBound = "chernoff",
+        step_size: float = 1.0,
+        diffusion: float = 0.0,
+        init_std: float | None = None,
+        evaluate_at: Literal["noisy", "projection"] = "noisy",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
+            step_size, diffusion, init_std, evaluate_at, seed,
+        )  # fmt: skip
+        self.save_hyperparameters()
+        self.directions_per_step = check_positive_int("directions_per_step", directions_per_step)
+        if directions_per_step > num_directions:
+            raise ValueError(
+                f"directions_per_step must be <= num_directions={num_directions}, "
+                f"got {directions_per_step!r}"
+            )
+        self.register_buffer("released", torch.zeros((), dtype=torch.bool))
+        self.register_buffer("theta", torch.empty(0))
+        self.register_buffer("release_sorted", torch.empty(0))
+
+    def calibrate(self, datamodule: Any) -> None:
+        n_private = datamodule.num_private
+        self.theta = torch.zeros(self.num_directions, self.dim, device=self.device)
+        self.release_sorted = torch.zeros(self.num_directions, n_private, device=self.device)
+        if self.target_epsilon is not None:
+            self.noise_sigma = gaussian_sigma(
+                self.target_epsilon, self.delta, self.sensitivity(self.dim)
+            )
+
+    def on_fit_start(self) -> None:
+        """Release once (rank 0, broadcast), unless a checkpoint already holds the release."""
+        if bool(self.released):
+            return
+        datamodule = self._datamodule()
+        theta = random_directions(
+            self.num_directions, self.dim, seeded_generator(self.seed, _STREAM_DIRECTIONS)
+        )
+        if self.trainer.is_global_zero:
+            records = datamodule.private_records()
+            noisy = self.release(
+                records, theta, self.noise_sigma, seeded_generator(self.seed, _STREAM_RELEASE)
+            )
+            release_sorted = torch.sort(noisy.transpose(0, 1), dim=1).values
+        else:
+            release_sorted = torch.zeros_like(self.release_sorted).cpu()
+        release_sorted = self.trainer.strategy.broadcast(release_sorted, src=0)
+        self.theta = theta.to(self.device)
+        self.release_sorted = release_sorted.to(self.device)
+        self.released = torch.ones((), dtype=torch.bool, device=self.device)
+
+    def _directions_at(self, step: int) -> Tensor:
+        g = seeded_generator(self.seed, _STREAM_SUBSET, step)
+        return torch.randperm(self.num_directions, generator=g)[: self.directions_per_step]
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        step = self.trainer.global_step
+        idx = self._directions_at(step).to(self.theta.device)
+        self._flow_step(self.release_sorted[idx].transpose(0, 1), self.theta[idx], step)
+        self._tick()
+
+    @torch.no_grad()
+    def generate(self, n: int, num_steps: int, seed: int | None = None) -> Tensor:
+        """``n`` new samples from a fresh flow of ``num_steps`` steps on the cached release:
+        post-processing of the one release, so it costs no privacy. Returns decoded samples."""
+        if not bool(self.released):
+            raise RuntimeError("no release cached yet: fit the module first")
+        n = check_positive_int("n", n)
+        num_steps = check_positive_int("num_steps", num_steps)
+        seed = self.seed if seed is None else int(seed)
+        particles = self._init_particles(n, self.theta.shape[1], rank=2**20 + seed)
+        particles = particles.to(self.theta.device)
+        for step in range(num_steps):
+            idx = self._directions_at(step).to(self.theta.device)
+            g = seeded_generator(seed, _STREAM_FLOW, step, 2**20, device=particles.device)
+            particles = sliced_flow_step(
+                particles, self.release_sorted[idx].transpose(0, 1), self.theta[idx],
+                self.step_size, self.noise_sigma, self.diffusion, g,
+                evaluate_at=self.evaluate_at, target_sorted=True,
+            )  # fmt: skip
+        return self.decode(particles)
+
+    def _more_samples_note(self) -> str:
+        return "DPSWFlow.generate(n, num_steps) reruns the flow from the cached release for free"
+
+    def epsilon(self) -> float:
+        """ε of the one release at δ (analytic Gaussian mechanism); ``inf`` if σ = 0."""
+        if self.noise_sigma == 0.0:
+            return math.inf
+        return gaussian_epsilon(self.noise_sigma, self.delta, self.sensitivity(self.dim))
+
+    def privacy_report(self) -> dict[str, Any]:
+        dim = self.dim or 0
+        return {
+            "mechanism": "gaussian sliced release, once (paper 004 eq. 23, Algorithm 2)",
+            "adjacency": "replace-one",
+            "noise_sigma": self.noise_sigma,
+            "num_directions": self.num_directions,
+            "dim": dim,
+            "w_bound": self.w_bound,
+            "sensitivity_l2": self.sensitivity(dim) if dim else None,
+            "calibration": "analytic (Balle & Wang 2018)",
+            "mechanism_calls": self.mechanism_calls,
+            "epsilon": self.epsilon() if dim else None,
+            "delta": sliced_release_delta(self.delta, self.delta_s, 1),
+            "delta_mechanism": self.delta,
+            "delta_s": self.delta_s,
+            "steps": int(self.trainer.global_step) if self._trainer is not None else None,
+        }
+
+
+def _planned_steps(trainer: L.Trainer, steps_per_epoch: int) -> int:
+    if trainer.max_steps is not None and trainer.max_steps > 0:
+        return int(trainer.max_steps)
+    if trainer.max_epochs is None or trainer.max_epochs < 0:
+        raise ValueError(
+            "target_epsilon needs a finite training length to calibrate σ: set trainer.max_steps "
+            "or trainer.max_epochs"
+        )
+    return int(trainer.max_epochs) * steps_per_epoch
+
+
+class _PerStepRelease(_SlicedReleaseMixin):
+    """Shared by DPSWFlowR and DPSWGen: fresh Θ + release of a Poisson batch every step."""
+
+    noise_sigma: float
+    target_epsilon: float | None
+    accountant: str
+    sample_rate: float | None
+    dim: int | None
+    seed: int
+
+    def calibrate_per_step(self, trainer: L.Trainer, datamodule: Any) -> None:
+        if datamodule.sample_rate is None:
+            raise ValueError(
+                f"{type(self).__name__} releases a Poisson-sampled minibatch every step: set the "
+                "datamodule's sample_rate (q in (0, 1])"
+            )
+        self.sample_rate = float(datamodule.sample_rate)
+        if self.target_epsilon is not None:
+            steps = _planned_steps(trainer, datamodule.steps_per_epoch)
+            multiplier = sgm_min_noise_multiplier(
+                self.sample_rate, steps, self.target_epsilon, self.delta, self.accountant
+            )
+            self.noise_sigma = multiplier * self.sensitivity(int(self.dim))
+
+    def dp_step(self) -> dict[str, float] | None:
+        """What one step releases: ``{"noise_multiplier": σ/Δ, "sample_rate": q}`` (SGM form,
+        see the module docstring on adjacency). ``None`` when σ = 0 (not private)."""
+        if self.noise_sigma == 0.0 or self.sample_rate is None:
+            return None
+        multiplier = sliced_noise_multiplier(self.noise_sigma, self.sensitivity(int(self.dim)))
+        return {"noise_multiplier": multiplier, "sample_rate": self.sample_rate}
+
+    def release_step(self, batch: Tensor, step: int) -> tuple[Tensor, Tensor]:
+        """Θ_k (seeded by (seed, step), same on all ranks) and the sorted, all-gathered release
+        ``(N_θ, m)`` of this step's Poisson batch."""
+        rank, _ = _rank_world()
+        theta = random_directions(
+            self.num_directions,
+            int(self.dim),
+            seeded_generator(self.seed, _STREAM_DIRECTIONS, step),
+        ).to(batch.device)
+        g = seeded_generator(self.seed, _STREAM_RELEASE, step, rank, device=batch.device)
+        noisy = self.release(batch, theta, self.noise_sigma, g)
+        noisy = _all_gather_rows(noisy)
+        return theta, torch.sort(noisy.transpose(0, 1), dim=1).values
+
+    def per_step_report(self, steps: int) -> dict[str, Any]:
+        dim = int(self.dim or 0)
+        report: dict[str, Any] = {
+            "mechanism": "Poisson-subsampled gaussian sliced release per step (paper 004 Alg. 1)",
+            "adjacency": "release sensitivity: replace-one; SGM accountant: add/remove "
+            "(see docs/dpswflow.md)",
+            "noise_sigma": self.noise_sigma,
+            "num_directions": self.num_directions,
+            "dim": dim,
+            "w_bound": self.w_bound,
+            "sample_rate": self.sample_rate,
+            "steps": steps,
+            "mechanism_calls": self.mechanism_calls,
+            "delta_mechanism": self.delta,
+            "delta_s": self.delta_s,
+            "delta": sliced_release_delta(self.delta, self.delta_s, steps),
+        }
+        if dim:
+            sens = self.sensitivity(dim)
+            report["sensitivity_l2"] = sens
+            report["noise_multiplier"] = self.noise_sigma / sens
+            if self.noise_sigma > 0 and self.sample_rate is not None and steps > 0:
+                for name in ("rdp", "pld"):
+                    report[f"epsilon_{name}"] = sgm_epsilon(
+                        self.noise_sigma / sens, self.sample_rate, steps, self.delta, name
+                    )
+            elif steps > 0:
+                report["epsilon_rdp"] = math.inf
+        return report
+
+
+class DPSWFlowR(_PerStepRelease, _ParticleFlow):
+    """DPSWflow-r (paper 004, Algorithm 1): fresh Θ and a fresh Poisson batch every step.
+
+    Step ``k``: ``Θ_k`` (``N_θ`` directions, generator seeded by ``(seed, k)``), release
+    ``Ỹ_k = B_k Θ_kᵀ + Z_k`` of the Poisson batch ``B_k`` (rate q), then
+    ``X_{k+1} = X_k + h·v̂(X_k; Ỹ_k, Θ_k) + sqrt(2λh)·ξ`` (eqs. 18–21). An empty batch still counts
+    as a step (the particles do not move).
+
+    Privacy: ``T`` steps of the Poisson-subsampled Gaussian with multiplier ``σ/Δ``,
+    ``Δ = 2·sqrt(w(N_θ, δ_s))``, composed by
+    :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback` through :meth:`dp_step`;
+    δ_total = ``δ + T·δ_s``. Give ``noise_sigma`` or ``target_epsilon`` (σ is then the smallest
+    multiplier reaching it over the planned ``T`` = max_steps or max_epochs·steps_per_epoch).
+
+    Samples: the ``num_particles`` particles only — more would need another flow on new releases,
+    which spends budget (the accountant would have to compose them).
+
+    Args: as :class:`DPSWFlow` (no ``directions_per_step``; paper ``N_θ`` = 70) plus
+        ``accountant`` (``"rdp"`` or ``"pld"``) used to calibrate σ from ``target_epsilon``.
+    """
+
+    def __init__(
+        self,
+        num_particles: int = 4000,
+        num_directions: int = 70,
+        noise_sigma: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = 1e-5,
+        delta_s: float = 1e-8,
+        w_bound: WBound = "chernoff",
+        step_size: float = 1.0,
+        diffusion: float = 0.0,
+        init_std: float | None = None,
+        evaluate_at: Literal["noisy", "projection"] = "noisy",
+        accountant: Literal["rdp", "pld"] = "rdp",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(
+            num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
+            step_size, diffusion, init_std, evaluate_at, seed,
+        )  # fmt: skip
+        self.save_hyperparameters()
+        self.accountant = accountant
+        self.sample_rate: float | None = None
+
+    def calibrate(self, datamodule: Any) -> None:
+        self.calibrate_per_step(self.trainer, datamodule)
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
+        step = self.trainer.global_step
+        theta, target_sorted = self.release_step(batch[0], step)
+        if target_sorted.shape[1] > 0:
+            self._flow_step(target_sorted.transpose(0, 1), theta, step)
+        self._tick()
+
+    def _more_samples_note(self) -> str:
+        return (
+            "DPSWFlowR cannot make more samples for free: a new flow needs new releases of the "
+            "private data, which spends privacy budget"
+        )
+
+    def privacy_report(self) -> dict[str, Any]:
+        steps = int(self.trainer.global_step) if self._trainer is not None else 0
+        return self.per_step_report(steps)
+
+
+class DPSWGen(_PerStepRelease, L.LightningModule):
+    """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with
+    the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
+
+    Step ``k``: fresh ``Θ_k`` and release ``Ỹ_k`` of the Poisson batch (as DPSWFlowR); generate
+    images ``G(u)``, ``u ~ N(0, I)``; map them to the latent sphere with the frozen public encoder,
+    ``z = E(G(u))`` (identity + unit-ball scaling without an autoencoder); minimise
+    ``L = (1/N_θ) Σ_j W_2^2(θ_j#z * N(0, σ²), Ỹ_k[:, j])``
+    (:func:`~lightning_dpot.ot.sliced.dp_sliced_wasserstein_loss`, eq. 11).
+
+    Samples: unlimited and free (``G(u)``).
+
+    Args:
+        generator: network ``u → record`` with ``latent_dim`` (paper: the decoder's architecture,
+            :class:`~lightning_dpot.nn.ConvDecoderGenerator32`).
+        generated_batch_size: generated samples per step.
+        lr: Adam learning rate. Others as :class:`DPSWFlowR`.
+    """
+
+    def __init__(
+        self,
+        generator: nn.Module,
+        num_directions: int = 70,
+        noise_sigma: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = 1e-5,
+        delta_s: float = 1e-8,
+        w_bound: WBound = "chernoff",
+        generated_batch_size: int = 250,
+        lr: float = 1e-3,
+        accountant: Literal["rdp", "pld"] = "rdp",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        _check_common(num_directions, delta, delta_s, w_bound, 1.0)
+        if (noise_sigma is None) == (target_epsilon is None):
+            raise ValueError(
+                "give exactly one of noise_sigma (σ ≥ 0) and target_epsilon (> 0), got "
+                f"noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
+            )
+        self.save_hyperparameters(ignore=["generator"])
+        self.generator = generator
+        self.num_directions = num_directions
+        self.noise_sigma = (
+            0.0 if noise_sigma is None else check_nonnegative("noise_sigma", noise_sigma)
+        )
+        self.target_epsilon = (
+            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+        )
+        self.delta, self.delta_s, self.w_bound = delta, delta_s, w_bound
+        self.generated_batch_size = check_positive_int("generated_batch_size", generated_batch_size)
+        self.lr = lr
+        self.accountant = accountant
+        self.seed = int(seed)
+        self.mechanism_calls = 0
+        self.sample_rate: float | None = None
+        self.dim: int | None = None
+
+    def setup(self, stage: str) -> None:
+        if self.dim is not None:
+            return
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is None or not hasattr(datamodule, "private_records"):
+            raise TypeError("DPSWGen needs a PrivateLatentDataModule")
+        datamodule.setup(stage)
+        self.dim = int(datamodule.latent_dim)
+        # Kept out of the module's state (the frozen public autoencoder belongs to stage 1).
+        self.__dict__["_autoencoder"] = datamodule.autoencoder
+        self.calibrate_per_step(self.trainer, datamodule)
+
+    def to_latent(self, records: Tensor) -> Tensor:
+        """Differentiable map of generated records to the private latents' space."""
+        if self._autoencoder is None:
+            z = records.reshape(records.shape[0], -1)
+            return z / torch.linalg.vector_norm(z, dim=1, keepdim=True).clamp_min(1.0)
+        self._autoencoder.to(records.device).eval()
+        return self._autoencoder.encode(records)  # ℓ2-normalized, differentiable in records
+
+    def forward(self, u: Tensor) -> Tensor:
+        return self.generator(u)
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
+        step = self.trainer.global_step
+        theta, target_sorted = self.release_step(batch[0], step)
+        u = torch.randn(self.generated_batch_size, self.generator.latent_dim, device=self.device)
+        z = self.to_latent(self(u))
+        if target_sorted.shape[1] == 0:
+            loss = 0.0 * z.sum()  # empty Poisson batch: still one (no-op) optimizer step
+        else:
+            g = seeded_generator(self.seed, _STREAM_FLOW, step, _rank_world()[0], device=z.device)
+            loss = dp_sliced_wasserstein_loss(
+                z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
+            )
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.generator.parameters(), lr=self.lr)
+
+    @torch.no_grad()
+    def sample(self, n: int) -> Tensor:
+        """``n`` generated records (free: post-processing)."""
+        u = torch.randn(n, self.generator.latent_dim, device=self.device)
+        return self(u).cpu()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["dpsw_mechanism_calls"] = self.mechanism_calls
+        checkpoint["dpsw_noise_sigma"] = self.noise_sigma
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.mechanism_calls = int(checkpoint["dpsw_mechanism_calls"])
+        self.noise_sigma = float(checkpoint["dpsw_noise_sigma"])
+
+    def privacy_report(self) -> dict[str, Any]:
+        steps = int(self.trainer.global_step) if self._trainer is not None else 0
+        return self.per_step_report(steps)
+
+    def loss_description(self) -> dict[str, Any]:
+        return {"privacy": self.privacy_report()}
+
+    def on_fit_end(self) -> None:
+        if self._trainer is None or not self.trainer.is_global_zero:
+            return
+        log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / "privacy_report.json").write_text(json.dumps(self.privacy_report(), indent=2))
+
+
+def toy_sliced_wasserstein(particles: Tensor, target: Tensor, num_directions: int = 500) -> float:
+    """SW_2 between particles and target records on fixed seeded directions (evaluation)."""
+    theta = random_directions(num_directions, particles.shape[1], seeded_generator(12345))
+    return float(sliced_wasserstein(particles.cpu().float(), target.cpu().float(), theta))

@@ -1,0 +1,111 @@
+"""SampleGrid: fixed latent codes across epochs, PNGs in the run directory, images sent to loggers
+that can take them, and a quiet no-op for non-image records."""
+
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+
+from lightning_dpot.callbacks import SampleGrid
+from lightning_dpot.callbacks.samples import images_to_grid
+from lightning_dpot.data import Digits, PrivatizedDataModule
+from lightning_dpot.methods import EntropicWGAN
+from lightning_dpot.nn import DCGANGenerator, MLPGenerator
+
+
+def _image_module():
+    return EntropicWGAN(
+        DCGANGenerator(latent_dim=4, image_size=8, hidden_channels=4), latent_range=(0.0, 1.0)
+    )
+
+
+class _ImageLogger:
+    def __init__(self):
+        self.calls = []
+
+    def log_image(self, key, images, step):
+        self.calls.append((key, images, step))
+
+
+def _fake_trainer(tmp_path, loggers=()):
+    return SimpleNamespace(
+        is_global_zero=True,
+        log_dir=str(tmp_path),
+        default_root_dir=str(tmp_path),
+        loggers=list(loggers),
+        global_step=7,
+        current_epoch=0,
+    )
+
+
+def test_latent_codes_are_fixed_and_leave_the_global_rng_alone():
+    module = _image_module()
+    callback = SampleGrid(num_samples=9, seed=3)
+    state = torch.get_rng_state()
+    first = callback.fixed_latent(module)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(callback.fixed_latent(module), first)
+    assert torch.equal(SampleGrid(num_samples=9, seed=3).fixed_latent(module), first)
+    assert first.shape == (9, 4) and first.min() >= 0.0 and first.max() <= 1.0
+
+
+def test_same_generator_gives_the_same_grid_and_training_mode_is_restored():
+    module = _image_module()
+    module.train()
+    callback = SampleGrid(num_samples=4)
+    assert torch.equal(callback.generate(module), callback.generate(module))
+    assert module.training
+
+
+def test_save_grid_writes_pngs_and_logs_to_image_loggers(tmp_path):
+    logger = _ImageLogger()
+    path = SampleGrid(num_samples=4).save_grid(
+        _fake_trainer(tmp_path, [logger, object()]), _image_module(), "epoch0"
+    )
+    assert path == tmp_path / "samples_epoch0.png"
+    assert path.is_file() and (tmp_path / "samples.png").is_file()
+    ((key, images, step),) = logger.calls
+    assert key == "samples" and step == 7 and images[0].shape[0] == 3
+
+
+def test_fit_saves_a_grid_per_epoch_and_at_the_end(tmp_path):
+    dm = PrivatizedDataModule(
+        Digits(), "laplace", noise_scale=0.5, batch_size=64, cache_dir=str(tmp_path / "c")
+    )
+    trainer = L.Trainer(
+        max_epochs=2,
+        limit_train_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[SampleGrid(num_samples=16, every_n_epochs=1)],
+    )
+    trainer.fit(_image_module(), datamodule=dm)
+    names = sorted(p.name for p in tmp_path.glob("samples*.png"))
+    assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png"]
+
+
+def test_non_image_records_warn_once_and_save_nothing(tmp_path):
+    module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(2,), hidden=(8,)))
+    callback = SampleGrid(num_samples=4)
+    with pytest.warns(UserWarning, match="not images"):
+        assert callback.save_grid(_fake_trainer(tmp_path), module, "epoch0") is None
+    assert callback.save_grid(_fake_trainer(tmp_path), module, "epoch1") is None
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_images_to_grid_maps_minus_one_one_to_zero_one():
+    grid = images_to_grid(torch.tensor([-1.0, 1.0]).repeat(2, 1, 1, 1).reshape(2, 1, 1, 2))
+    assert grid.min() == 0.0 and grid.max() == 1.0
+    with pytest.raises(ValueError, match="images must have shape"):
+        images_to_grid(torch.zeros(3, 2))
+
+
+def test_arguments_are_checked():
+    with pytest.raises(ValueError, match="num_samples"):
+        SampleGrid(num_samples=0)
+    with pytest.raises(ValueError, match="every_n_epochs"):
+        SampleGrid(every_n_epochs=0)
