@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lightning_dpot.commands.sample import find_run_config, load_model
+from lightning_dpot.commands.sample import find_run_config, instantiate, load_model
 
 
 def datamodule_from_run_config(config_path: Path):
@@ -44,7 +44,7 @@ def datamodule_from_run_config(config_path: Path):
     section = yaml.safe_load(config_path.read_text())["data"]
     parser = ArgumentParser()
     parser.add_subclass_arguments(L.LightningDataModule, "data")
-    datamodule = parser.instantiate_classes(parser.parse_object({"data": section})).data
+    datamodule = instantiate(parser, parser.parse_object({"data": section})).data
     datamodule.prepare_data()
     datamodule.setup("fit")
     return datamodule

@@ -6,6 +6,8 @@
   section of a config, for a trainer that must never see raw data.
 * ``dpot account ...`` — privacy calculators (``dpot account --help``).
 * ``dpot sample --ckpt PATH --num N --output FILE [--grid PNG]`` — samples from a checkpoint.
+* ``dpot evaluate --ckpt PATH --metrics fid,utility,w2 [--num-samples N]`` — evaluation
+  metrics of a checkpoint (JSON, appended to the run's report.json).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ EXTRA_COMMANDS = {
     "privatize": "privatize a dataset once (local DP) and write the release file",
     "account": "privacy calculators: calibration, composition, shuffling, WDP",
     "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
+    "evaluate": "FID / classifier FD, downstream utility and W2 of a checkpoint (JSON)",
 }
 
 
@@ -102,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from lightning_dpot.commands import sample
 
         sample.main(rest)
+    elif command == "evaluate":
+        from lightning_dpot.commands import evaluate
+
+        evaluate.main(rest)
     else:
         run_lightning(argv)
 

@@ -1,8 +1,17 @@
 """Callbacks: privacy reports and accounting, evaluation, run reports."""
 
+from lightning_dpot.callbacks.evaluation import FIDEvaluation, UtilityEvaluation, W2Evaluation
 from lightning_dpot.callbacks.ldp_report import LDPPrivacyReport
 from lightning_dpot.callbacks.manifold import ManifoldEvaluation
 from lightning_dpot.callbacks.run_report import RunReport
 from lightning_dpot.callbacks.samples import SampleGrid
 
-__all__ = ["LDPPrivacyReport", "ManifoldEvaluation", "RunReport", "SampleGrid"]
+__all__ = [
+    "FIDEvaluation",
+    "LDPPrivacyReport",
+    "ManifoldEvaluation",
+    "RunReport",
+    "SampleGrid",
+    "UtilityEvaluation",
+    "W2Evaluation",
+]

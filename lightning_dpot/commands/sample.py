@@ -20,6 +20,12 @@ from lightning_dpot.privacy.validation import check_positive_int
 DESCRIPTION = "draw samples from a trained generator checkpoint (tensor file and/or PNG grid)"
 
 
+def instantiate(parser, config):
+    """``parser.instantiate`` (jsonargparse ≥ 4.49) or ``instantiate_classes`` (older)."""
+    method = getattr(parser, "instantiate", None) or parser.instantiate_classes
+    return method(config)
+
+
 def find_run_config(ckpt: str | Path) -> Path:
     """The nearest ``config.yaml`` in the checkpoint's folder or one of its parents."""
     ckpt = Path(ckpt).resolve()
@@ -51,7 +57,7 @@ def load_model(ckpt: str | Path, config: str | Path | None = None):
         raise ValueError(f"config={str(config_path)!r} has no 'model' section")
     parser = ArgumentParser()
     parser.add_subclass_arguments(L.LightningModule, "model")
-    model = parser.instantiate_classes(parser.parse_object({"model": section})).model
+    model = instantiate(parser, parser.parse_object({"model": section})).model
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     state_dict = state.get("state_dict", state) if isinstance(state, dict) else None
     if not isinstance(state_dict, dict):

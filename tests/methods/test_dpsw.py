@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import lightning_dpot.methods.dpsw as dpsw
-from lightning_dpot.callbacks import PrivacyAccountantCallback
+from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.cli import main
 from lightning_dpot.data import GaussianMixture2D, PrivateLatentDataModule
 from lightning_dpot.data.split import SplitMismatchError

@@ -1,0 +1,306 @@
+"""``dpot evaluate``: FID / classifier FD, downstream utility and W₂ of a trained run (SPEC §9).
+
+    dpot evaluate --ckpt RUN/checkpoints/last.ckpt --metrics fid,utility,w2 [--num-samples N]
+        [--feature-extractor inception|classifier] [--feature-extractor-weights-path P]
+        [--classifier-path P] [--data-config YAML]
+
+The model is rebuilt from the run's ``config.yaml`` with
+:func:`lightning_dpot.commands.sample.load_model` (the loader ``dpot sample`` uses), and the
+reference data are the **raw held-out split** of the run's data section (or ``--data-config``),
+read from its ``source`` without privatizing anything. N samples are generated once (labelled
+when the method is class-conditional, ``sample_labeled(n) -> (x, y)``) and shared by all metrics.
+The result is printed as JSON and appended to the list ``"evaluate"`` of the run's
+``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no-report`` skips).
+
+Reference rows use ``--samples`` instead of ``--ckpt`` (``--data-config`` required):
+``raw-train`` (the raw training split with its labels: the real-data row), ``privatized`` (the
+LDP release the run trains on, mapped back to records; no labels are released) or a tensor file
+(``torch.save`` of ``(N, ...)`` or of a dict with ``x`` and optionally ``y``).
+
+Metric definitions (formulas in :mod:`lightning_dpot.callbacks.evaluation` and
+:mod:`lightning_dpot.metrics`): ``fid`` is FID only with ``--feature-extractor inception``
+(standard InceptionV3 weights); with ``classifier`` it is the classifier-feature Fréchet
+distance, reported under the key ``fd_classifier`` and never as FID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_dpot.privacy.validation import check_positive_int
+
+DESCRIPTION = "FID / classifier FD, downstream utility and W2 of a checkpoint (prints JSON)"
+METRICS = ("fid", "utility", "w2")
+SAMPLE_SOURCES = ("raw-train", "privatized")
+
+
+def load_datamodule(config_path: str | Path) -> Any:
+    """The ``data`` section of a run config (or a YAML holding only that section), instantiated
+    (constructors read no records; nothing is privatized)."""
+    import lightning as L
+    import yaml
+    from jsonargparse import ArgumentParser
+
+    with open(config_path) as fh:
+        loaded = yaml.safe_load(fh)
+    section = loaded.get("data", loaded) if isinstance(loaded, dict) else None
+    if not isinstance(section, dict) or "class_path" not in section:
+        raise ValueError(f"data config={str(config_path)!r} has no 'data' section with class_path")
+    parser = ArgumentParser()
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    return parser.instantiate_classes(parser.parse_object({"data": section})).data
+
+
+def parse_metrics(text: str) -> list[str]:
+    metrics = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        raise ValueError(f"--metrics must be a comma list from {METRICS}, got {text!r}")
+    return list(dict.fromkeys(metrics))
+
+
+def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | None, str]:
+    """``raw-train`` or ``privatized`` records of a datamodule, with labels where known."""
+    source = getattr(datamodule, "source", None)
+    if which == "raw-train":
+        if source is None:
+            raise ValueError("--samples raw-train needs a datamodule with a data source")
+        splits = source.load()
+        return splits.train, splits.train_labels, "raw training split (reference row)"
+    if not hasattr(datamodule, "release"):
+        raise ValueError(
+            f"--samples privatized needs a PrivatizedDataModule, got {type(datamodule).__name__}"
+        )
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    records = datamodule.transform.inverse(datamodule.release)
+    records = records.reshape(records.shape[0], *datamodule.sample_shape)
+    return records, None, "privatized release, mapped back to records (reference row)"
+
+
+def load_sample_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(obj, Tensor):
+        return obj, None
+    if isinstance(obj, dict) and isinstance(obj.get("x"), Tensor):
+        return obj["x"], obj.get("y")
+    raise ValueError(
+        f"--samples={str(path)!r} must hold a tensor (N, ...) or a dict with 'x' (and 'y'), "
+        f"or be one of {SAMPLE_SOURCES}"
+    )
+
+
+def frechet(
+    fake: Tensor,
+    reference: Tensor,
+    reference_labels: Tensor | None,
+    feature_extractor: str,
+    weights_path: str | None,
+    classifier_path: str | None,
+    device: torch.device,
+    cache_dir: str | Path = ".dpot_cache",
+    batch_size: int = 500,
+) -> dict:
+    """FID (``inception``) or classifier FD (``classifier``) of ``fake`` vs ``reference``."""
+    from lightning_dpot.callbacks.evaluation import default_classifier_path
+    from lightning_dpot.metrics.fid import ClassifierFrechetDistance, InceptionFID
+
+    if feature_extractor == "inception":
+        metric: Any = InceptionFID(weights_path)
+        key = "fid"
+        extractor = f"InceptionV3 (torch-fidelity FID weights, {weights_path or 'hub cache'})"
+    else:
+        path = Path(classifier_path or default_classifier_path(reference, cache_dir))
+        if not path.is_file() and reference_labels is None:
+            raise ValueError(
+                f"classifier_path={str(path)!r} does not exist and the held-out split has no "
+                "labels to train the feature classifier on"
+            )
+        metric = ClassifierFrechetDistance.from_classifier_file(
+            path, reference, reference_labels, train_kwargs={"epochs": 5, "seed": 0}
+        )
+        key = "fd_classifier"
+        extractor = f"FeatureClassifier penultimate layer ({path}); not FID"
+    metric = metric.to(device)
+    for side, images in ((True, reference), (False, fake)):
+        for start in range(0, images.shape[0], batch_size):
+            metric.update(images[start : start + batch_size].to(device), real=side)
+    return {
+        key: float(metric.compute()),
+        "feature_extractor": extractor,
+        "num_generated": int(fake.shape[0]),
+        "num_real": int(reference.shape[0]),
+    }
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    """Compute the requested metrics; returns the JSON record (also written to the report)."""
+    from lightning_dpot.callbacks.evaluation import generate_samples, held_out_split
+    from lightning_dpot.metrics.utility import UnlabelledSamplesError, downstream_utility
+    from lightning_dpot.metrics.w2 import subsampled_w2
+
+    metrics = parse_metrics(args.metrics)
+    num_samples = check_positive_int("num_samples", args.num_samples)
+    if args.feature_extractor not in ("inception", "classifier"):
+        raise ValueError(
+            f"--feature-extractor must be 'inception' or 'classifier', got "
+            f"{args.feature_extractor!r}"
+        )
+    if args.utility_mode not in ("quick", "full"):
+        raise ValueError(f"--utility-mode must be 'quick' or 'full', got {args.utility_mode!r}")
+    if (args.ckpt is None) == (args.samples is None):
+        raise ValueError("give exactly one of --ckpt (a trained run) and --samples")
+    device = torch.device(
+        args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    )
+    if "fid" in metrics and args.feature_extractor == "inception":
+        from lightning_dpot.metrics.fid import resolve_inception_weights
+
+        resolve_inception_weights(args.feature_extractor_weights_path)  # fail before sampling
+
+    record: dict[str, Any] = {"metrics_requested": metrics}
+    model = None
+    if args.ckpt is not None:
+        from lightning_dpot.commands.sample import load_model
+
+        model, config_path = load_model(args.ckpt, args.config)
+        model = model.to(device)
+        data_config = Path(args.data_config or config_path)
+        record.update(checkpoint=str(args.ckpt), config=str(config_path))
+    else:
+        if args.data_config is None:
+            raise ValueError("--samples needs --data-config (the YAML whose data section to use)")
+        data_config = Path(args.data_config)
+    record["data_config"] = str(data_config)
+    datamodule = load_datamodule(data_config)
+    reference, reference_labels = held_out_split(datamodule)
+
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    if model is not None:
+        x, y = generate_samples(model, num_samples, labelled="utility" in metrics)
+        record["samples"] = f"generated by {type(model).__name__}"
+    elif args.samples in SAMPLE_SOURCES:
+        x, y, record["samples"] = reference_samples(datamodule, args.samples)
+    else:
+        x, y = load_sample_file(args.samples)
+        record["samples"] = f"file {args.samples}"
+    if x.shape[0] > num_samples:
+        x, y = x[:num_samples], None if y is None else y[:num_samples]
+    record["num_samples"] = int(x.shape[0])
+    record["generate_seconds"] = round(time.perf_counter() - start, 2)
+    x = x.float()
+
+    results: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for name in metrics:
+        start = time.perf_counter()
+        if name == "fid":
+            section = frechet(
+                x,
+                reference.float(),
+                reference_labels,
+                args.feature_extractor,
+                args.feature_extractor_weights_path,
+                args.classifier_path,
+                device,
+                getattr(datamodule, "cache_dir", ".dpot_cache"),
+            )
+            results["fid" if args.feature_extractor == "inception" else "fd_classifier"] = section
+        elif name == "utility":
+            try:
+                accuracies = downstream_utility(
+                    x,
+                    y,
+                    reference,
+                    reference_labels,
+                    quick=args.utility_mode == "quick",
+                    seed=args.seed,
+                    device=device,
+                )
+                results["utility"] = {**accuracies, "mode": args.utility_mode}
+            except UnlabelledSamplesError as err:
+                print(f"dpot evaluate: utility skipped: {err}", file=sys.stderr)
+                results["utility"] = {"skipped": str(err)}
+        else:
+            m = min(args.w2_subsample, x.shape[0], reference.shape[0])
+            mean, stderr = subsampled_w2(
+                x, reference, m, args.w2_repeats, torch.Generator().manual_seed(args.seed)
+            )
+            results["w2"] = {
+                "w2": mean,
+                "w2_stderr": stderr,
+                "subsample": m,
+                "repeats": args.w2_repeats,
+                "reference": "raw held-out split",
+            }
+        timings[name] = round(time.perf_counter() - start, 2)
+    record["results"] = results
+    record["seconds"] = timings
+    record["reference"] = {"split": "raw held-out", "n": int(reference.shape[0])}
+    record["device"] = str(device)
+    return record
+
+
+def append_to_report(path: Path, record: dict) -> None:
+    """Append ``record`` to the list ``"evaluate"`` of the JSON report at ``path``."""
+    from lightning_dpot.callbacks.run_report import update_report
+
+    report = json.loads(path.read_text()) if path.is_file() else {}
+    update_report(path, {"evaluate": [*report.get("evaluate", []), record]})
+
+
+def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--ckpt", help="checkpoint (.ckpt) of a fitted run")
+    parser.add_argument(
+        "--samples",
+        help="instead of --ckpt: raw-train | privatized | a tensor file (reference rows)",
+    )
+    parser.add_argument("--metrics", default="fid,utility,w2", help="comma list of fid,utility,w2")
+    parser.add_argument("--num-samples", type=int, default=60_000, help="generated samples N")
+    parser.add_argument(
+        "--feature-extractor",
+        default="inception",
+        help="inception (FID, standard weights) or classifier (classifier FD, not FID)",
+    )
+    parser.add_argument("--feature-extractor-weights-path", help="local InceptionV3 FID weights")
+    parser.add_argument(
+        "--classifier-path",
+        help="feature classifier file (trained on the held-out split if absent; default "
+        "<data cache_dir>/feature_classifier-<split hash>-e5.pt)",
+    )
+    parser.add_argument("--data-config", help="YAML with the data section (default: the run's)")
+    parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt)")
+    parser.add_argument("--utility-mode", default="full", help="full (paper 002 §D.2) or quick")
+    parser.add_argument("--w2-subsample", type=int, default=200, help="W2 subsample size m")
+    parser.add_argument("--w2-repeats", type=int, default=10, help="W2 repeats R")
+    parser.add_argument("--seed", type=int, default=0, help="seed of sampling and metrics")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--report", help="report.json to append to (default: the run's)")
+    parser.add_argument("--no-report", action="store_true", help="do not write report.json")
+    return parser
+
+
+def main(argv: list[str]) -> None:
+    parser = build_parser(argparse.ArgumentParser(prog="dpot evaluate", description=DESCRIPTION))
+    args = parser.parse_args(argv)
+    try:
+        record = evaluate(args)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    if not args.no_report:
+        report = args.report
+        if report is None and "config" in record:
+            report = Path(record["config"]).parent / "report.json"
+        if report is not None:
+            append_to_report(Path(report), record)
+            record["report"] = str(report)
+    print(json.dumps(record, indent=2))

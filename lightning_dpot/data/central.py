@@ -1,0 +1,159 @@
+r"""Raw private records for central-DP training by gradient sanitization (DP-Sinkhorn, SPEC §6).
+
+:class:`CentralDPDataModule` loads a :class:`~lightning_dpot.data.sources.DataSource` (records
+and labels, unmodified) and serves them through :func:`~lightning_dpot.data.poisson.
+poisson_dataloader`: at each step every record of this rank's shard is included independently
+with probability q (paper 002 App. C, Algorithm 2), ``steps_per_epoch`` is fixed in advance
+(default ``round(1/q)``, one expected pass), and an empty batch is a step like any other.
+
+Privacy contract. The raw records may only be consumed by a module whose every use of them is
+sanitized (a clipped, noised gradient) and that declares the matching ``dp_step()`` to
+:class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback`. This module
+never privatizes anything itself, and it has no ``privacy_report()``: the guarantee comes from
+the accountant. The held-out test split (where the source has one) is for evaluation only.
+
+Sample rate. Give ``sample_rate`` q directly (data-independent), or ``expected_batch_size`` b,
+from which q = b / N with N the number of training records (the usual practice, e.g. Opacus;
+it treats N as public). Under DDP every rank Poisson-samples its own fixed shard
+``rank::world_size`` with the same q (parallel composition, accounting unchanged); set
+``Trainer(use_distributed_sampler=False)``.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from torch import Tensor
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_dpot.data.poisson import poisson_dataloader
+from lightning_dpot.data.sources import DataSource
+from lightning_dpot.privacy.validation import (
+    check_nonnegative_int,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
+
+__all__ = ["CentralDPDataModule"]
+
+
+class CentralDPDataModule(L.LightningDataModule):
+    """Poisson-sampled raw (record, label) batches for a sanitizing central-DP module.
+
+    Args:
+        source: the private dataset (records and, for conditional methods, labels).
+        sample_rate: Poisson rate q in (0, 1]. Exactly one of ``sample_rate`` and
+            ``expected_batch_size``.
+        expected_batch_size: b > 0; q = b / N (module docstring).
+        steps_per_epoch: training steps per epoch, fixed; default ``max(1, round(1/q))``.
+        seed: seed of the Poisson inclusion masks (public: the sampling is not secret, the
+            accounting already assumes an adversary who knows nothing about which records were
+            drawn only through the mechanism's randomness, see :mod:`lightning_dpot.data.poisson`).
+        num_workers: DataLoader workers.
+    """
+
+    def __init__(
+        self,
+        source: DataSource,
+        sample_rate: float | None = None,
+        expected_batch_size: float | None = None,
+        steps_per_epoch: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if (sample_rate is None) == (expected_batch_size is None):
+            raise ValueError(
+                "give exactly one of sample_rate (q in (0, 1]) and expected_batch_size (> 0), "
+                f"got sample_rate={sample_rate!r}, expected_batch_size={expected_batch_size!r}"
+            )
+        self.source = source
+        self._sample_rate = (
+            None if sample_rate is None else check_probability("sample_rate", sample_rate)
+        )
+        self.expected_batch_size = (
+            None
+            if expected_batch_size is None
+            else check_positive("expected_batch_size", expected_batch_size)
+        )
+        self._steps_per_epoch = (
+            None if steps_per_epoch is None else check_positive_int("steps_per_epoch", steps_per_epoch)
+        )
+        self.seed = check_nonnegative_int("seed", seed)
+        self.num_workers = check_nonnegative_int("num_workers", num_workers)
+        self.train_records: Tensor | None = None
+        self.train_labels: Tensor | None = None
+        self.test_records: Tensor | None = None
+        self.test_labels: Tensor | None = None
+
+    # -- public facts the module reads ----------------------------------------------------------
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.source.sample_shape)
+
+    @property
+    def num_classes(self) -> int | None:
+        return self.source.num_classes
+
+    @property
+    def value_range(self) -> float:
+        """Declared ``high − low`` of one coordinate (public, SPEC §3)."""
+        return float(self.source.high - self.source.low)
+
+    @property
+    def num_private(self) -> int:
+        if self.train_records is None:
+            raise RuntimeError("call setup() first: the private records are not loaded yet")
+        return int(self.train_records.shape[0])
+
+    @property
+    def sample_rate(self) -> float:
+        """q: given, or ``expected_batch_size / N`` (needs :meth:`setup`)."""
+        if self._sample_rate is not None:
+            return self._sample_rate
+        assert self.expected_batch_size is not None
+        q = self.expected_batch_size / self.num_private
+        if not 0 < q <= 1:
+            raise ValueError(
+                f"expected_batch_size={self.expected_batch_size} must lie in (0, N={self.num_private}]"
+            )
+        return q
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self._steps_per_epoch or max(1, round(1.0 / self.sample_rate))
+
+    @property
+    def expected_real_batch(self) -> float:
+        """q·N, the expected Poisson batch size over all ranks."""
+        return self.sample_rate * self.num_private
+
+    # -- Lightning ------------------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_records is not None:
+            return
+        splits = self.source.load()
+        if self.source.num_classes is not None and splits.train_labels is None:
+            raise ValueError(
+                f"{type(self.source).__name__} declares num_classes={self.source.num_classes} "
+                "but loaded no training labels"
+            )
+        self.train_records = splits.train.float()
+        self.train_labels = splits.train_labels
+        self.test_records = splits.test
+        self.test_labels = splits.test_labels
+
+    def train_dataloader(self) -> DataLoader:
+        if self.train_records is None:
+            self.setup("fit")
+        assert self.train_records is not None
+        tensors = [self.train_records]
+        if self.train_labels is not None:
+            tensors.append(self.train_labels.long())
+        return poisson_dataloader(
+            TensorDataset(*tensors),
+            self.sample_rate,
+            num_steps=self.steps_per_epoch,
+            seed=self.seed,
+            num_workers=self.num_workers,
+        )

@@ -1,0 +1,320 @@
+r"""DP-Sinkhorn (Cao et al., paper 002): central DP by sanitizing ∇_X of a Sinkhorn loss.
+
+Algorithm 1 (paper 002 §4, with SPEC §6), one optimizer step t = 1, …, T
+-------------------------------------------------------------------------
+Input: private records d = {(y, l)}^M, Poisson rate q, noise multiplier σ, clip Δ, generator
+g_θ, learning rate α, entropic λ, debias fraction p. T is **not** an input: the
+:class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback` stops training
+before the step that would exceed the target (ε, δ).
+
+1. Y ← Poisson sample of d with rate q (App. C, Algorithm 2;
+   :class:`~lightning_dpot.data.central.CentralDPDataModule`). |Y| ~ Binomial(M, q); Y = ∅ is
+   possible and is still a step.
+2. n = ``num_cross`` (default round(q·M), the expected batch), n' = ⌊n·p⌋;
+   z_1..z_{n+n'} ~ Unif[``latent_range``]^latent_dim, labels l_i ~ Unif{0, …, L−1}.
+3. X = g_θ(z, l) ∈ R^{(n+n')×d}.
+4. G = ∇_X Ŝ_{c,λ,p}(X, Y), Ŝ = 2Ŵ_λ(X[0:n], Y) − Ŵ_λ(X[0:n], X[n':n+n']) (Def. 4.3, eq. 6;
+   :class:`~lightning_dpot.ot.dp_sinkhorn.SemiDebiasedSinkhorn`), cost
+   c_m(x, y) = ‖x−y‖₂² + m‖x−y‖₁ on [x, α_c·onehot(l)] (App. D.3).
+   **Empty batch** (Y = ∅): Ŝ is undefined; we set G = 0 (no loss term is computed), so step 5
+   releases pure noise on the cross block and zeros on the debias rows, and Adam steps on that
+   (its weight decay and momenta still act). The step is accounted like any other.
+5. Sanitize G by a backward hook registered on X (``X.register_hook``,
+   :class:`~lightning_dpot.privacy.gradient_sanitizer.GradientSanitizer`):
+   G̃[0:n] = clip_F(G[0:n], Δ) + 2Δσ·N(0, I)  (the cross block, jointly clipped);
+   G̃[n:n+n'] = clip_F(G[n:n+n'], Δ)           (debias rows: data-independent, no noise).
+6. G_θ = J_θ(X)ᵀ G̃ (autograd through the generator), θ ← θ − α·Adam(G_θ) (weight decay
+   2·10⁻⁵, lr 10⁻⁴ MNIST / 10⁻⁵ Fashion-MNIST, CelebA; App. D.3).
+
+Privacy. θ_t is post-processing of G̃_1..G̃_t. Each G̃ is the Gaussian mechanism on the clipped
+cross block (ℓ2 sensitivity 2Δ, noise std 2Δσ: multiplier σ) applied to a Poisson sample with
+rate q, so :meth:`DPSinkhorn.dp_step` returns ``{"noise_multiplier": σ, "sample_rate": q}`` — σ
+computed by the sanitizer from the noise std and sensitivity it uses, q read from the datamodule
+and checked against the training loader's Poisson sampler at the start of training. The paper's
+per-row text (§4.3) and its Theorem 4.1 disagree with its accounting; see
+:mod:`lightning_dpot.privacy.gradient_sanitizer` and SPEC §6. Under DDP each rank Poisson-samples
+its own shard and sanitizes its own block with its own noise; the gradients are averaged
+(post-processing) and the accounting is that of one step (parallel composition, SPEC §10).
+
+Nothing derived from Y other than G̃ leaves a private step: the loss value and the real batch
+size are **not** logged in private mode (both depend on Y); only the non-private reference logs
+``train/loss``. The noise is secret by default (OS entropy); see ``noise_seed``.
+
+Non-private reference (ε = ∞, paper Table 1 "Non-priv Sinkhorn"): ``noise_multiplier=None``
+(or 0) removes the hook altogether (no clipping, no noise) and ``dp_step()`` returns ``None``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lightning_dpot.data.poisson import PoissonBatchSampler
+from lightning_dpot.methods.base import GeneratorModule
+from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
+from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
+from lightning_dpot.privacy.validation import (
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
+)
+
+__all__ = ["DPSinkhorn"]
+
+
+class DPSinkhorn(GeneratorModule):
+    """DP-Sinkhorn (paper 002, Algorithm 1; module docstring).
+
+    Args:
+        generator: ``(z, labels) → images`` (e.g. :class:`~lightning_dpot.nn.dcgan.
+            ConditionalDCGANGenerator`, paper D.3) when ``conditional``, else ``z → images``.
+        noise_multiplier: σ (paper 1.5 MNIST, 1.9 Fashion-MNIST/CelebA); ``None`` or 0 for the
+            non-private reference.
+        clip_norm: Δ > 0, Frobenius clip of the cross block and of the debias block (paper 0.5).
+        debias_fraction: p ∈ [0, 1] (paper 0.4; official code 0.2).
+        l1_weight: m ≥ 0 of the cost ‖x−y‖₂² + m‖x−y‖₁ (paper 1 MNIST, 3 Fashion-MNIST).
+        entropic_reg: λ > 0 (paper 0.05 MNIST/Fashion-MNIST, 5 CelebA).
+        class_weight: α_c of the one-hot class features in the cost (paper 15).
+        conditional: class-conditional generation (labels from the data source).
+        num_cross: n, generated cross rows per step; default round(q·M) (paper: n = q·M = 50).
+        latent_range: z ~ Unif[low, high]^latent_dim (official code: [0, 1]).
+        lr, weight_decay, betas: Adam (paper 10⁻⁴ MNIST / 10⁻⁵ others, 2·10⁻⁵, (0.9, 0.999)).
+        sinkhorn_scaling: geomloss ε-scaling ratio (0.5 = geomloss' default, as in the paper).
+        noise_seed: ``None`` = secret noise from OS entropy; an integer makes the noise
+            reproducible and **voids the guarantee** for anyone who knows it (tests only).
+    """
+
+    def __init__(
+        self,
+        generator: nn.Module,
+        noise_multiplier: float | None = 1.5,
+        clip_norm: float = 0.5,
+        debias_fraction: float = 0.4,
+        l1_weight: float = 1.0,
+        entropic_reg: float = 0.05,
+        class_weight: float = 15.0,
+        conditional: bool = True,
+        num_cross: int | None = None,
+        latent_range: tuple[float, float] = (0.0, 1.0),
+        lr: float = 1e-4,
+        weight_decay: float = 2e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        sinkhorn_scaling: float = 0.5,
+        noise_seed: int | None = None,
+    ) -> None:
+        super().__init__(generator, latent_range=latent_range, lr=lr)
+        self.save_hyperparameters(ignore=["generator"])
+        sigma = 0.0 if noise_multiplier is None else check_nonnegative(
+            "noise_multiplier", noise_multiplier
+        )
+        self.private = sigma > 0
+        self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed)
+        debias_rows(1, debias_fraction)  # validates p
+        self.debias_fraction = float(debias_fraction)
+        self.l1_weight = check_nonnegative("l1_weight", l1_weight)
+        self.entropic_reg = check_positive("entropic_reg", entropic_reg)
+        self.class_weight = check_nonnegative("class_weight", class_weight)
+        self.conditional = bool(conditional)
+        self.num_cross = None if num_cross is None else check_positive_int("num_cross", num_cross)
+        self.weight_decay = check_nonnegative("weight_decay", weight_decay)
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.sinkhorn_scaling = float(sinkhorn_scaling)
+        self.num_classes: int | None = None
+        self.sample_rate: float | None = None
+        if self.conditional and not hasattr(generator, "num_classes"):
+            raise ValueError(
+                f"conditional=True needs a generator with num_classes and forward(z, labels), "
+                f"got {type(generator).__name__}"
+            )
+
+    # -- privacy contract -----------------------------------------------------------------------
+    def dp_step(self) -> dict[str, float] | None:
+        """What one optimizer step releases, for the accountant: ``{"noise_multiplier": σ,
+        "sample_rate": q}`` with σ = noise std / ℓ2 sensitivity of the sanitizer (= 2Δσ / 2Δ)
+        and q the Poisson rate of the training loader; ``None`` in non-private mode."""
+        if not self.private:
+            return None
+        if self.sample_rate is None:
+            raise RuntimeError(
+                "DPSinkhorn.dp_step() before setup(): the sample rate comes from the datamodule"
+            )
+        return {
+            "noise_multiplier": self.sanitizer.accounting_noise_multiplier(),
+            "sample_rate": self.sample_rate,
+        }
+
+    # -- generation -----------------------------------------------------------------------------
+    def sample_labels(self, n: int) -> Tensor:
+        """l_i ~ Unif{0, …, L−1} (Algorithm 1), on the module's device."""
+        assert self.num_classes is not None
+        return torch.randint(self.num_classes, (n,), device=self.device)
+
+    def balanced_labels(self, n: int) -> Tensor:
+        """Labels ``⌊i·L/n⌋``, i < n: contiguous equal blocks, one per class (grid rows)."""
+        assert self.num_classes is not None
+        return torch.arange(n, device=self.device) * self.num_classes // max(n, 1)
+
+    def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
+        """Images for latents ``z``; conditional models take ``labels`` (default
+        :meth:`balanced_labels`, so that a grid with L images per row shows one class per row)."""
+        if not self.conditional:
+            return self.generator(z)
+        if labels is None:
+            if self.num_classes is None:
+                self.num_classes = int(self.generator.num_classes)
+            labels = self.balanced_labels(z.shape[0])
+        return self.generator(z, labels.to(z.device))
+
+    @torch.no_grad()
+    def sample_labeled(self, n: int, batch_size: int = 10_000) -> tuple[Tensor, Tensor]:
+        """``n`` images with uniform random labels, on the CPU (post-processing, no privacy
+        cost), for downstream-utility evaluation (paper 002 App. D.2)."""
+        if not self.conditional:
+            raise ValueError("sample_labeled needs conditional=True")
+        if self.num_classes is None:
+            self.num_classes = int(self.generator.num_classes)
+        was_training = self.training
+        self.eval()
+        images, labels = [], []
+        for i in range(0, n, batch_size):
+            k = min(batch_size, n - i)
+            lab = self.sample_labels(k)
+            images.append(self(self.sample_latent(k), lab).cpu())
+            labels.append(lab.cpu())
+        self.train(was_training)
+        return torch.cat(images), torch.cat(labels)
+
+    # -- Lightning ------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is None or self.loss_fn is not None:
+            return
+        for name in ("sample_shape", "value_range", "sample_rate", "expected_real_batch"):
+            if not hasattr(datamodule, name):
+                raise TypeError(
+                    f"DPSinkhorn needs a datamodule with {name!r} (e.g. "
+                    f"lightning_dpot.data.CentralDPDataModule), got {type(datamodule).__name__}"
+                )
+        datamodule.setup(stage)
+        shape = tuple(datamodule.sample_shape)
+        if self.conditional:
+            if datamodule.num_classes is None:
+                raise ValueError(
+                    "conditional=True but the data source declares no labels (num_classes=None)"
+                )
+            if int(self.generator.num_classes) != int(datamodule.num_classes):
+                raise ValueError(
+                    f"generator.num_classes={self.generator.num_classes} must equal the data's "
+                    f"num_classes={datamodule.num_classes}"
+                )
+            self.num_classes = int(datamodule.num_classes)
+        was_training = self.generator.training
+        self.generator.eval()
+        with torch.no_grad():
+            z = torch.zeros(2, self.generator.latent_dim)
+            out = self.generator(z, torch.zeros(2, dtype=torch.long)) if self.conditional else (
+                self.generator(z)
+            )
+        self.generator.train(was_training)
+        if tuple(out.shape[1:]) != shape:
+            raise ValueError(
+                f"the generator outputs records of shape {tuple(out.shape[1:])}, but the data "
+                f"has shape {shape}; set the generator's output shape to match"
+            )
+        if self.private:
+            self.sample_rate = float(datamodule.sample_rate)
+        if self.num_cross is None:
+            self.num_cross = max(1, round(float(datamodule.expected_real_batch)))
+        dim = 1
+        for s in shape:
+            dim *= int(s)
+        class_weight = self.class_weight if self.conditional else 0.0
+        self.loss_fn = SemiDebiasedSinkhorn(
+            entropic_reg=self.entropic_reg,
+            l1_weight=self.l1_weight,
+            debias_fraction=self.debias_fraction,
+            num_classes=self.num_classes if self.conditional else None,
+            class_weight=class_weight,
+            diameter=mixed_cost_diameter(
+                dim, float(datamodule.value_range), self.l1_weight, class_weight
+            ),
+            scaling=self.sinkhorn_scaling,
+        )
+
+    def on_train_start(self) -> None:
+        if not self.private:
+            return
+        loader = self.trainer.train_dataloader
+        sampler = getattr(loader, "batch_sampler", None)
+        if not isinstance(sampler, PoissonBatchSampler):
+            raise TypeError(
+                "DPSinkhorn (private) must train on a Poisson-sampled loader (PoissonBatchSampler,"
+                " e.g. CentralDPDataModule), got batch_sampler="
+                f"{type(sampler).__name__}; under DDP set Trainer(use_distributed_sampler=False)"
+            )
+        if sampler.sample_rate != self.sample_rate:
+            raise ValueError(
+                f"the training loader samples at rate {sampler.sample_rate!r} but dp_step() "
+                f"declares sample_rate={self.sample_rate!r}; they must match"
+            )
+        from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
+
+        if not any(isinstance(cb, PrivacyAccountantCallback) for cb in self.trainer.callbacks):
+            warnings.warn(
+                "DPSinkhorn trains privately without a PrivacyAccountantCallback: epsilon is not "
+                "tracked and training is not stopped at a budget",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        real = batch[0]
+        real_labels = batch[1] if self.conditional and len(batch) > 1 else None
+        assert self.num_cross is not None and self.loss_fn is not None
+        n = self.num_cross
+        n_total = n + debias_rows(n, self.debias_fraction)
+        z = self.sample_latent(n_total)
+        labels = self.sample_labels(n_total) if self.conditional else None
+        fake = self.generator(z, labels) if self.conditional else self.generator(z)
+        if self.private and fake.requires_grad:
+            step, rank = int(self.global_step), int(self.global_rank)
+            fake.register_hook(lambda grad: self.sanitizer(grad, n, step=step, rank=rank))
+        if real.shape[0] == 0:
+            # Empty Poisson batch: G = 0 before sanitization (module docstring, step 4).
+            return (fake * 0.0).sum()
+        loss = self.loss_fn(fake, real.to(fake.dtype), n, labels, real_labels)
+        if not self.private:
+            self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(
+            self.generator.parameters(),
+            lr=self.lr,
+            betas=self.betas,
+            weight_decay=self.weight_decay,
+        )
+
+    def loss_description(self) -> dict[str, Any]:
+        """Settings for ``report.json`` (RunReport)."""
+        n = self.num_cross
+        return {
+            "loss": "semi-debiased Sinkhorn (paper 002 Def. 4.3)",
+            "cost": f"|x-y|_2^2 + {self.l1_weight}*|x-y|_1",
+            "entropic_reg": self.entropic_reg,
+            "debias_fraction": self.debias_fraction,
+            "num_cross": n,
+            "num_debias": None if n is None else debias_rows(n, self.debias_fraction),
+            "class_weight": self.class_weight if self.conditional else None,
+            "clip_norm": self.sanitizer.clip_norm,
+            "noise_multiplier": self.sanitizer.noise_multiplier if self.private else None,
+            "noise_std": self.sanitizer.noise_std if self.private else None,
+            "sensitivity_l2": self.sanitizer.sensitivity_l2 if self.private else None,
+            "sanitization": "cross block clipped jointly (Frobenius) + N(0,(2*clip*sigma)^2); "
+            "debias rows clipped only"
+            if self.private
+            else "none (non-private reference)",
+        }

@@ -1,0 +1,188 @@
+r"""The semi-debiased Sinkhorn loss of DP-Sinkhorn (paper 002 §4.2, Def. 4.3, App. C–D.3).
+
+Ground cost (paper 002 §5 "Architectures & Hyperparameters", App. D.3)::
+
+    c_m(x, y) = ‖x − y‖₂² + m · ‖x − y‖₁            (m = 1 MNIST, m = 3 Fashion-MNIST),
+
+computed as ``squared_euclidean_cost + m · l1_cost`` (:mod:`lightning_dpot.ot.costs`): no
+``N × M × D`` intermediate. For class-conditional generation each record is replaced by
+``[x, α_c · onehot(l)]`` (App. D.3, α_c = 15), so pairs of different classes pay an extra
+``2α_c² + 2mα_c`` and the transport plan is pushed towards class-matched pairs.
+
+Entropic OT (App. C, Algorithm 3) between uniform point clouds, temperature λ in cost units::
+
+    f_i ← −λ LSE_k(log ν_k + (g_k − C_ik)/λ),   g_j ← −λ LSE_k(log μ_k + (f_k − C_kj)/λ),
+    Ŵ_λ(X, Y) = ⟨μ, f⟩ + ⟨ν, g⟩,
+
+solved by geomloss' ε-scaling Sinkhorn with our cost (the paper used geomloss too, App. D.3);
+geomloss' ε is ``blur^p`` with p = 2 here, so ``blur = √λ`` and ε = λ exactly. The ε-scaling
+starts at ``diameter²``, which must bound the cost: we use the public bound
+:func:`mixed_cost_diameter` of the declared data range, never a value estimated from the data.
+
+Semi-debiased Sinkhorn loss (Def. 4.3, eq. 6), for ``n + n'`` generated rows X, ``n' = ⌊n·p⌋``,
+and real rows Y::
+
+    Ŝ_{c,λ,p}(X, Y) = 2 Ŵ_λ(X[0:n], Y) − Ŵ_λ(X[0:n], X[n':n+n']).
+
+p = 0 recovers the biased loss (eq. 4, second argument = X[0:n]), p = 1 the debiased one (eq. 5,
+disjoint halves). The real–real term −Ŵ_λ(Y, Y') is omitted: it has no generator gradient.
+Rows X[n:n+n'] appear only in the second term, so ∇_{X[n:n+n']} Ŝ does not depend on Y (the
+fact the privacy analysis uses, §4.3).
+"""
+
+from __future__ import annotations
+
+import torch
+from geomloss import SamplesLoss
+from torch import Tensor, nn
+
+from lightning_dpot.ot.costs import l1_cost, squared_euclidean_cost
+from lightning_dpot.privacy.validation import check_nonnegative, check_positive
+
+__all__ = [
+    "MixedL2L1Cost",
+    "SemiDebiasedSinkhorn",
+    "class_conditional_features",
+    "debias_rows",
+    "mixed_cost_diameter",
+]
+
+
+class MixedL2L1Cost:
+    """C_ij = ‖x_i − y_j‖₂² + m·‖x_i − y_j‖₁ for clouds ``(..., N, D)``, ``(..., M, D)``.
+
+    A picklable callable (geomloss calls it with batched ``(B, N, D)`` clouds).
+
+    Args:
+        l1_weight: m ≥ 0, the weight of the ℓ1 part (paper 002: 1 MNIST, 3 Fashion-MNIST).
+    """
+
+    def __init__(self, l1_weight: float = 1.0) -> None:
+        self.l1_weight = check_nonnegative("l1_weight", l1_weight)
+
+    def __call__(self, x: Tensor, y: Tensor) -> Tensor:
+        cost = squared_euclidean_cost(x, y)
+        if self.l1_weight > 0:
+            cost = cost + self.l1_weight * l1_cost(x, y)
+        return cost
+
+    def __repr__(self) -> str:
+        return f"MixedL2L1Cost(l1_weight={self.l1_weight})"
+
+
+def mixed_cost_diameter(
+    dim: int, value_range: float, l1_weight: float, class_weight: float = 0.0
+) -> float:
+    """Public bound ``D`` with ``D² ≥ max c_m`` over the declared support (geomloss' diameter).
+
+    Records in a box of side ``value_range`` (e.g. 2 for pixels in [−1, 1]) in ``dim``
+    dimensions: ‖x − y‖₂² ≤ dim·r², ‖x − y‖₁ ≤ dim·r; the class features add at most
+    2α_c² + 2mα_c. Returns ``sqrt(dim·r² + m·dim·r + 2α_c² + 2mα_c)``.
+    """
+    dim_f = float(dim)
+    r = check_positive("value_range", value_range)
+    m = check_nonnegative("l1_weight", l1_weight)
+    a = check_nonnegative("class_weight", class_weight)
+    return float((dim_f * r * r + m * dim_f * r + 2 * a * a + 2 * m * a) ** 0.5)
+
+
+def class_conditional_features(
+    x: Tensor, labels: Tensor | None, num_classes: int | None, class_weight: float
+) -> Tensor:
+    """Flattened records ``(N, D)``, with ``[x, α_c·onehot(l)]`` when labels are given (D.3)."""
+    flat = x.reshape(x.shape[0], -1)
+    if labels is None or num_classes is None:
+        return flat
+    onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(flat.dtype)
+    return torch.cat([flat, class_weight * onehot], dim=1)
+
+
+def debias_rows(n: int, debias_fraction: float) -> int:
+    """n' = ⌊n·p⌋ (Def. 4.3), the generated rows drawn in addition to the n cross rows."""
+    if not 0.0 <= float(debias_fraction) <= 1.0:
+        raise ValueError(f"debias_fraction must lie in [0, 1], got {debias_fraction!r}")
+    # The small tolerance keeps e.g. 50·0.4 = 20.000000000000004 → 20 and 10·0.3 → 3.
+    return int(n * float(debias_fraction) + 1e-9)
+
+
+class SemiDebiasedSinkhorn(nn.Module):
+    """Ŝ_{c,λ,p}(X, Y) = 2 Ŵ_λ(X[0:n], Y) − Ŵ_λ(X[0:n], X[n':n+n']) (module docstring).
+
+    Args:
+        entropic_reg: λ > 0, the temperature in cost units (paper: 0.05 MNIST/Fashion, 5 CelebA).
+        l1_weight: m ≥ 0 of the cost c_m.
+        debias_fraction: p ∈ [0, 1] (paper 0.4; official code 0.2).
+        num_classes: number of labels for class conditioning, or ``None`` (unconditional).
+        class_weight: α_c of the one-hot class features (paper 15).
+        diameter: public bound D with D² ≥ the largest cost (:func:`mixed_cost_diameter`).
+        scaling: geomloss' ε-scaling ratio in (0, 1); 0.5 is geomloss' default, which the paper
+            kept ("all other hyperparameters are kept at their default values", D.3); values
+            near 1 converge more tightly at the cost of more iterations.
+    """
+
+    def __init__(
+        self,
+        entropic_reg: float = 0.05,
+        l1_weight: float = 1.0,
+        debias_fraction: float = 0.4,
+        num_classes: int | None = None,
+        class_weight: float = 15.0,
+        diameter: float = 100.0,
+        scaling: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.entropic_reg = check_positive("entropic_reg", entropic_reg)
+        self.cost = MixedL2L1Cost(l1_weight)
+        debias_rows(1, debias_fraction)  # validates p
+        self.debias_fraction = float(debias_fraction)
+        self.num_classes = num_classes
+        self.class_weight = check_nonnegative("class_weight", class_weight)
+        self.diameter = check_positive("diameter", diameter)
+        if not 0.0 < scaling < 1.0:
+            raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
+        self.scaling = float(scaling)
+        self._ot = SamplesLoss(
+            "sinkhorn",
+            p=2,
+            blur=self.entropic_reg**0.5,
+            scaling=self.scaling,
+            diameter=max(self.diameter, self.entropic_reg**0.5),
+            cost=self.cost,
+            debias=False,
+            backend="tensorized",
+        )
+
+    def entropic_ot(self, x: Tensor, y: Tensor) -> Tensor:
+        """Ŵ_λ(x, y) for feature clouds ``(N, D)``, ``(M, D)`` with uniform weights."""
+        return self._ot(x, y)
+
+    def forward(
+        self,
+        x: Tensor,
+        y: Tensor,
+        num_cross: int,
+        x_labels: Tensor | None = None,
+        y_labels: Tensor | None = None,
+    ) -> Tensor:
+        """Ŝ over generated ``x`` (``n + n'`` rows, any trailing shape), real ``y`` (m ≥ 1 rows),
+        ``num_cross`` = n; labels are required when ``num_classes`` is set."""
+        n = int(num_cross)
+        n_prime = x.shape[0] - n
+        if not 1 <= n <= x.shape[0] or n_prime != debias_rows(n, self.debias_fraction):
+            raise ValueError(
+                f"x must have n + floor(n*p) rows for num_cross n={n} and p="
+                f"{self.debias_fraction}, got {x.shape[0]} rows"
+            )
+        if y.shape[0] == 0:
+            raise ValueError("y is empty: Ŝ needs at least one real record (m >= 1)")
+        if self.num_classes is not None and (x_labels is None or y_labels is None):
+            raise ValueError(
+                f"num_classes={self.num_classes}: x_labels and y_labels are required "
+                "(class-conditional cost)"
+            )
+        fx = class_conditional_features(x, x_labels, self.num_classes, self.class_weight)
+        fy = class_conditional_features(y, y_labels, self.num_classes, self.class_weight)
+        fy = fy.to(fx.dtype)
+        cross = self.entropic_ot(fx[:n], fy)
+        debias = self.entropic_ot(fx[:n], fx[n_prime : n + n_prime])
+        return 2.0 * cross - debias
