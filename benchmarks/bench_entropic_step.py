@@ -10,9 +10,10 @@ does under the Trainer. Configurations (paper 001):
 on the shipped MNIST test split (8,000 privatized records), DCGAN generator (latent 100, hidden
 128 as in the paper), with batch norm at B = 400 (§IV-B) and without at B = 6000 (§IV-F).
 
-Each (p, B) runs in a fresh subprocess so that its peak resident memory (``ru_maxrss``) is its
-own; the report gives the peak increase over the resident size just before the first step, and
-that increase in units of one B×B float32 matrix (a B×B×784 intermediate would be 784 of them).
+Each (p, B) runs in a fresh subprocess. Peak memory: the kernel's resident-set high-water mark
+(VmHWM) is reset just before the first step (``/proc/self/clear_refs``) and read after the last;
+the report gives its increase over the resident size before the steps, also in units of one B×B
+float32 matrix (a B×B×784 intermediate would be 784 of them).
 On a GPU, ``torch.cuda.max_memory_allocated`` is reported instead.
 
     python benchmarks/bench_entropic_step.py                       # p ∈ {1, 2}, B ∈ {400, 6000}
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -33,11 +33,27 @@ REPO = Path(__file__).resolve().parents[1]
 MNIST_TEST = REPO.parent / "shared" / "data" / "mnist-test"
 
 
-def _rss_bytes() -> int:
+def _status_bytes(key: str) -> int:
+    """``VmRSS`` / ``VmHWM`` (resident set, its high-water mark) of this process, Linux."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's resident-set high-water mark (Linux ≥ 4.0)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak(device: str, baseline_rss: int, bxb: int, what: str) -> dict:
+    import torch
+
+    if device.startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated()
+        return {f"{what}_gpu_peak_allocated_bytes": peak, f"{what}_gpu_peak_in_BxB": peak / bxb}
+    increase = max(_status_bytes("VmHWM") - baseline_rss, 0)
+    return {f"{what}_peak_increase_bytes": increase, f"{what}_peak_in_BxB_float32": increase / bxb}
 
 
 def run_single(p: int, batch: int, steps: int, warmup: int, device: str, cache_dir: str) -> dict:
@@ -76,7 +92,8 @@ def run_single(p: int, batch: int, steps: int, warmup: int, device: str, cache_d
         optimizer.step()
         return float(loss.detach())
 
-    baseline_rss = _rss_bytes()
+    baseline_rss = _status_bytes("VmRSS")
+    _reset_peak()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     for _ in range(warmup):
@@ -96,33 +113,55 @@ def run_single(p: int, batch: int, steps: int, warmup: int, device: str, cache_d
         "device": device,
         "threads": torch.get_num_threads(),
         "steps_timed": steps,
-        "step_seconds_mean": sum(times) / len(times),
+        "step_seconds_mean": sum(times) / len(times) if times else None,
         "step_seconds_all": times,
         "entropic_reg": module.entropic_reg,
         "batch_norm": batch <= 400,
     }
     bxb = batch * batch * 4
+    if steps:
+        result.update(_peak(device, baseline_rss, bxb, "step"))
+
+    # The OT loss alone, forward + backward w.r.t. a generated batch: the part whose memory
+    # must stay at a few B×B matrices (the generator's activations grow only like B).
+    fake = (torch.rand(batch, real.shape[1], device=device) * 2 - 1).requires_grad_()
+    baseline_rss = _status_bytes("VmRSS")
+    _reset_peak()
     if device.startswith("cuda"):
-        peak = torch.cuda.max_memory_allocated()
-        result.update(gpu_peak_allocated_bytes=peak, gpu_peak_in_BxB_float32=peak / bxb)
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        increase = max(peak - baseline_rss, 0)
-        result.update(
-            rss_before_step_bytes=baseline_rss,
-            peak_rss_bytes=peak,
-            peak_increase_bytes=increase,
-            peak_increase_in_BxB_float32=increase / bxb,
-            BxBxD_float32_bytes=bxb * 784,
-        )
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    module.compute_loss(fake, real).backward()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    result["loss_seconds"] = time.perf_counter() - start
+    result.update(_peak(device, baseline_rss, bxb, "loss"))
     return result
+
+
+def summary_line(r: dict) -> str:
+    mib = 2**20
+    parts = [f"p={r['p']} B={r['batch']} {r['device']} threads={r['threads']}:"]
+    if r.get("step_seconds_mean") is not None:
+        parts.append(f"step {r['step_seconds_mean']:.2f} s")
+        if "step_peak_increase_bytes" in r:
+            parts.append(f"(peak +{r['step_peak_increase_bytes'] / mib:.0f} MiB)")
+    parts.append(f"| loss fwd+bwd {r['loss_seconds']:.2f} s")
+    if "loss_peak_increase_bytes" in r:
+        parts.append(
+            f"(peak +{r['loss_peak_increase_bytes'] / mib:.0f} MiB"
+            f" = {r['loss_peak_in_BxB_float32']:.1f} B×B float32)"
+        )
+    return " ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[400, 6000])
     parser.add_argument("--p", type=int, nargs="+", default=[2, 1], choices=[1, 2])
-    parser.add_argument("--steps", type=int, default=2, help="timed steps per configuration")
+    parser.add_argument(
+        "--steps", type=int, default=2, help="timed steps per configuration (0: loss only)"
+    )
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--device", default="cpu")
@@ -153,17 +192,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             result = json.loads(out.split("RESULT ", 1)[1])
             results.append(result)
-            mem = (
-                f"peak +{result['peak_increase_bytes'] / 2**20:.0f} MiB "
-                f"= {result['peak_increase_in_BxB_float32']:.1f} B×B float32"
-                if "peak_increase_bytes" in result
-                else f"GPU peak {result['gpu_peak_allocated_bytes'] / 2**20:.0f} MiB"
-            )
-            print(
-                f"p={p} B={batch} {args.device} threads={result['threads']}: "
-                f"{result['step_seconds_mean']:.2f} s/step ({mem})",
-                flush=True,
-            )
+            print(summary_line(result), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return results

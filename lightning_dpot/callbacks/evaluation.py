@@ -119,6 +119,12 @@ def _labelled_sampler(module: Any) -> Any:
 
 def _cap_to_particles(module: Any, n: int) -> int:
     particles = getattr(module, "particles", None)
+    if isinstance(particles, Tensor) and particles.numel() == 0:
+        raise ValueError(
+            f"{type(module).__name__} holds no particles: a particle flow must be evaluated "
+            "inside its training run (callbacks) or after restoring its particles and decoder "
+            "(on_load_checkpoint and the datamodule's setup)"
+        )
     if isinstance(particles, Tensor) and particles.ndim >= 1 and n > particles.shape[0]:
         warnings.warn(
             f"{type(module).__name__} holds {particles.shape[0]} particles on this rank; "
@@ -213,8 +219,15 @@ class _EvaluationCallback(Callback):
     def log_values(self, result: dict) -> dict[str, float]:
         raise NotImplementedError
 
+    def final_differs(self) -> bool:
+        """Whether the end-of-training evaluation uses other settings than the periodic one
+        (then it runs even when the last epoch was just evaluated)."""
+        return False
+
     def _run(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool) -> None:
-        if trainer.sanity_checking or self._last_step == trainer.global_step:
+        if trainer.sanity_checking:
+            return
+        if self._last_step == trainer.global_step and not (final and self.final_differs()):
             return
         result = self.evaluate(trainer, pl_module, final)
         if not result:
@@ -461,6 +474,9 @@ class UtilityEvaluation(_EvaluationCallback):
             "num_synthetic": self.num_samples,
             "skipped": self.skipped,
         }
+
+    def final_differs(self) -> bool:
+        return self.final_mode == "full"
 
     def settings(self, final: bool) -> UtilitySettings:
         return FULL if final and self.final_mode == "full" else QUICK

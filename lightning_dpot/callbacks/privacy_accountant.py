@@ -330,9 +330,11 @@ class PrivacyAccountantCallback(Callback):
         return self.stopped_by_budget or self.accountant.steps % every == 0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # trainer.log_dir broadcasts under DDP: every rank must call it, before the rank check.
+        log_dir = trainer.log_dir or trainer.default_root_dir
         if not trainer.is_global_zero:
             return
-        path = Path(trainer.log_dir or trainer.default_root_dir) / self.report_filename
+        path = Path(log_dir) / self.report_filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.report(), indent=2, sort_keys=True))
 

@@ -57,5 +57,9 @@ class RunReport(Callback):
             sections["loss"] = pl_module.loss_description()
         for callback in trainer.callbacks:
             if hasattr(callback, "report_section"):
-                sections[callback.report_key] = callback.report_section(trainer, pl_module)
+                section = callback.report_section(trainer, pl_module)
+                # A callback with nothing to say (None) never overwrites another's section, e.g.
+                # the LDP report (no privatized data) vs. the central-DP accountant's "privacy".
+                if section is not None or callback.report_key not in sections:
+                    sections[callback.report_key] = section
         update_report(log_dir / "report.json", sections)

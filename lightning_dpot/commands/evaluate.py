@@ -228,8 +228,14 @@ def evaluate(args: argparse.Namespace) -> dict:
                 )
                 results["utility"] = {**accuracies, "mode": args.utility_mode}
             except UnlabelledSamplesError as err:
-                print(f"dpot evaluate: utility skipped: {err}", file=sys.stderr)
-                results["utility"] = {"skipped": str(err)}
+                reason = str(err)
+                if model is None:  # a reference row, not a generator
+                    reason = (
+                        f"the samples ({record['samples']}) carry no labels; the utility metric "
+                        "needs labelled samples, so it is skipped"
+                    )
+                print(f"dpot evaluate: utility skipped: {reason}", file=sys.stderr)
+                results["utility"] = {"skipped": reason}
         else:
             m = min(args.w2_subsample, x.shape[0], reference.shape[0])
             mean, stderr = subsampled_w2(
@@ -269,6 +275,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--feature-extractor",
         default="inception",
+        choices=("inception", "classifier"),
         help="inception (FID, standard weights) or classifier (classifier FD, not FID)",
     )
     parser.add_argument("--feature-extractor-weights-path", help="local InceptionV3 FID weights")
@@ -279,11 +286,16 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--data-config", help="YAML with the data section (default: the run's)")
     parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt)")
-    parser.add_argument("--utility-mode", default="full", help="full (paper 002 §D.2) or quick")
+    parser.add_argument(
+        "--utility-mode",
+        default="full",
+        choices=("full", "quick"),
+        help="full (paper 002 §D.2) or quick",
+    )
     parser.add_argument("--w2-subsample", type=int, default=200, help="W2 subsample size m")
     parser.add_argument("--w2-repeats", type=int, default=10, help="W2 repeats R")
     parser.add_argument("--seed", type=int, default=0, help="seed of sampling and metrics")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:index]")
     parser.add_argument("--report", help="report.json to append to (default: the run's)")
     parser.add_argument("--no-report", action="store_true", help="do not write report.json")
     return parser

@@ -1,5 +1,6 @@
 """Datasets with declared bounds, local privatization and sampling."""
 
+from lightning_dpot.data.central import CentralDPDataModule
 from lightning_dpot.data.denoise import wavelet_denoise
 from lightning_dpot.data.images import MNIST, CelebA, FashionMNIST, ImageFolder
 from lightning_dpot.data.latent import PrivateLatentDataModule, PublicSplitDataModule
@@ -12,6 +13,7 @@ from lightning_dpot.data.tabular import Digits, TensorFile
 __all__ = [
     "MNIST",
     "CelebA",
+    "CentralDPDataModule",
     "FashionMNIST",
     "ImageFolder",
     "wavelet_denoise",

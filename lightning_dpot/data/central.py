@@ -46,9 +46,9 @@ class CentralDPDataModule(L.LightningDataModule):
             ``expected_batch_size``.
         expected_batch_size: b > 0; q = b / N (module docstring).
         steps_per_epoch: training steps per epoch, fixed; default ``max(1, round(1/q))``.
-        seed: seed of the Poisson inclusion masks (public: the sampling is not secret, the
-            accounting already assumes an adversary who knows nothing about which records were
-            drawn only through the mechanism's randomness, see :mod:`lightning_dpot.data.poisson`).
+        seed: seed of the Poisson inclusion masks (:mod:`lightning_dpot.data.poisson`). Like the
+            noise, the masks must not be known to an adversary for the amplification by
+            subsampling to hold: keep it private for real deployments.
         num_workers: DataLoader workers.
     """
 
@@ -77,7 +77,9 @@ class CentralDPDataModule(L.LightningDataModule):
             else check_positive("expected_batch_size", expected_batch_size)
         )
         self._steps_per_epoch = (
-            None if steps_per_epoch is None else check_positive_int("steps_per_epoch", steps_per_epoch)
+            None
+            if steps_per_epoch is None
+            else check_positive_int("steps_per_epoch", steps_per_epoch)
         )
         self.seed = check_nonnegative_int("seed", seed)
         self.num_workers = check_nonnegative_int("num_workers", num_workers)
@@ -115,7 +117,8 @@ class CentralDPDataModule(L.LightningDataModule):
         q = self.expected_batch_size / self.num_private
         if not 0 < q <= 1:
             raise ValueError(
-                f"expected_batch_size={self.expected_batch_size} must lie in (0, N={self.num_private}]"
+                f"expected_batch_size={self.expected_batch_size} must lie in "
+                f"(0, N={self.num_private}] (N = number of training records)"
             )
         return q
 

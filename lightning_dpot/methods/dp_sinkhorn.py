@@ -107,8 +107,10 @@ class DPSinkhorn(GeneratorModule):
     ) -> None:
         super().__init__(generator, latent_range=latent_range, lr=lr)
         self.save_hyperparameters(ignore=["generator"])
-        sigma = 0.0 if noise_multiplier is None else check_nonnegative(
-            "noise_multiplier", noise_multiplier
+        sigma = (
+            0.0
+            if noise_multiplier is None
+            else check_nonnegative("noise_multiplier", noise_multiplier)
         )
         self.private = sigma > 0
         self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed)
@@ -192,13 +194,13 @@ class DPSinkhorn(GeneratorModule):
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
             return
+        datamodule.setup(stage)  # idempotent; the rate may depend on N (expected_batch_size)
         for name in ("sample_shape", "value_range", "sample_rate", "expected_real_batch"):
             if not hasattr(datamodule, name):
                 raise TypeError(
                     f"DPSinkhorn needs a datamodule with {name!r} (e.g. "
                     f"lightning_dpot.data.CentralDPDataModule), got {type(datamodule).__name__}"
                 )
-        datamodule.setup(stage)
         shape = tuple(datamodule.sample_shape)
         if self.conditional:
             if datamodule.num_classes is None:
@@ -215,8 +217,10 @@ class DPSinkhorn(GeneratorModule):
         self.generator.eval()
         with torch.no_grad():
             z = torch.zeros(2, self.generator.latent_dim)
-            out = self.generator(z, torch.zeros(2, dtype=torch.long)) if self.conditional else (
-                self.generator(z)
+            out = (
+                self.generator(z, torch.zeros(2, dtype=torch.long))
+                if self.conditional
+                else (self.generator(z))
             )
         self.generator.train(was_training)
         if tuple(out.shape[1:]) != shape:

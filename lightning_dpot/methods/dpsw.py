@@ -48,7 +48,8 @@ size); directions come from generators seeded by ``(seed, step)``, identical on 
 DPSWFlow release is drawn on rank 0 and broadcast. DPSWFlowR's per-step releases are made by
 each rank on its own Poisson shard (parallel composition, :mod:`lightning_dpot.data.poisson`) and
 all-gathered (post-processing), so every rank flows toward the same released batch. Checkpoints
-gather all shards.
+gather all shards. Use ``Trainer(use_distributed_sampler=False)``: Lightning's distributed sampler
+would replace the Poisson sharding (and split DPSWFlow's step loader).
 """
 
 from __future__ import annotations
@@ -302,9 +303,12 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         raise NotImplementedError
 
     def on_fit_end(self) -> None:
-        if self._trainer is None or not self.trainer.is_global_zero:
+        if self._trainer is None:
             return
+        # trainer.log_dir broadcasts under DDP: every rank must read it (else rank 0 deadlocks).
         log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        if not self.trainer.is_global_zero:
+            return
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / "privacy_report.json").write_text(json.dumps(self.privacy_report(), indent=2))
         samples = self.sample(min(64, self.particles.shape[0]))
@@ -462,12 +466,16 @@ class DPSWFlow(_ParticleFlow):
             "sensitivity_l2": self.sensitivity(dim) if dim else None,
             "calibration": "analytic (Balle & Wang 2018)",
             "mechanism_calls": self.mechanism_calls,
-            "epsilon": self.epsilon() if dim else None,
+            "epsilon": _json_number(self.epsilon()) if dim else None,
             "delta": sliced_release_delta(self.delta, self.delta_s, 1),
             "delta_mechanism": self.delta,
             "delta_s": self.delta_s,
             "steps": int(self.trainer.global_step) if self._trainer is not None else None,
         }
+
+
+def _json_number(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
 
 
 def _planned_steps(trainer: L.Trainer, steps_per_epoch: int) -> int:
@@ -549,12 +557,12 @@ class _PerStepRelease(_SlicedReleaseMixin):
             report["sensitivity_l2"] = sens
             report["noise_multiplier"] = self.noise_sigma / sens
             if self.noise_sigma > 0 and self.sample_rate is not None and steps > 0:
-                for name in ("rdp", "pld"):
-                    report[f"epsilon_{name}"] = sgm_epsilon(
-                        self.noise_sigma / sens, self.sample_rate, steps, self.delta, name
-                    )
+                # RDP only here (fast); PrivacyAccountantCallback also reports PLD.
+                report["epsilon_rdp"] = sgm_epsilon(
+                    self.noise_sigma / sens, self.sample_rate, steps, self.delta, "rdp"
+                )
             elif steps > 0:
-                report["epsilon_rdp"] = math.inf
+                report["epsilon_rdp"] = "inf"
         return report
 
 
@@ -745,9 +753,12 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         return {"privacy": self.privacy_report()}
 
     def on_fit_end(self) -> None:
-        if self._trainer is None or not self.trainer.is_global_zero:
+        if self._trainer is None:
             return
+        # trainer.log_dir broadcasts under DDP: every rank must read it (else rank 0 deadlocks).
         log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        if not self.trainer.is_global_zero:
+            return
         log_dir.mkdir(parents=True, exist_ok=True)
         (log_dir / "privacy_report.json").write_text(json.dumps(self.privacy_report(), indent=2))
 

@@ -25,7 +25,7 @@ from lightning_dpot.callbacks.evaluation import generate_samples, rank_share
 from lightning_dpot.data import Digits, PrivatizedDataModule
 from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.metrics.fid import INCEPTION_WEIGHTS_FILENAME, ClassifierFrechetDistance
-from lightning_dpot.nn import DCGANGenerator
+from lightning_dpot.nn import ConditionalDCGANGenerator, DCGANGenerator
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -187,3 +187,21 @@ def test_fd_callback_under_two_process_cpu_ddp_equals_single_process_on_the_unio
     # ~2e-5 relative); adding the whole real split on each rank would scale Σ_r by
     # 1 − 1/(2·359 − 1), a 1.4e-3 change.
     assert result["value"] == pytest.approx(float(single.compute()), rel=1e-4)
+
+
+def test_utility_trains_on_the_labelled_samples_of_a_class_conditional_method() -> None:
+    dp_sinkhorn = pytest.importorskip("lightning_dpot.methods.dp_sinkhorn")
+    central = pytest.importorskip("lightning_dpot.data.central")
+    torch.manual_seed(0)
+    generator = ConditionalDCGANGenerator(
+        10, latent_dim=4, embed_dim=2, image_size=8, hidden_channels=(8, 8, 8)
+    )
+    model = dp_sinkhorn.DPSinkhorn(generator, noise_multiplier=None, conditional=True)
+    data = central.CentralDPDataModule(Digits(), expected_batch_size=50)
+    x, y = generate_samples(model, 200, labelled=True)
+    assert x.shape == (200, 1, 8, 8) and y is not None and y.shape == (200,)
+    assert 0 <= int(y.min()) and int(y.max()) < 10
+    callback = UtilityEvaluation(num_samples=200, classifiers=("logreg",))
+    result = callback.compute_value(model, data, final=False)
+    assert result is not None and result["mode"] == "quick" and 0.0 <= result["logreg"] <= 1.0
+    assert callback.skipped is None

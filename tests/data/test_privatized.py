@@ -102,13 +102,18 @@ def test_raw_training_records_are_not_retained(tmp_path):
     assert dm.metadata["labels_released"] is False
 
 
-def test_release_is_raw_plus_noise_of_the_declared_scale(tmp_path):
+def test_release_is_raw_plus_one_draw_of_noise_in_a_shuffled_order(tmp_path):
+    # Known answer: with a public seed the release is (raw + Z)[perm], Z and perm drawn once
+    # from one generator in that order.
     source = HalfCircle(n=20_000, n_test=10)
     dm = _dm(tmp_path, source=source, seed=7)
     dm.setup("fit")
-    noise = dm.release - source.load().train
+    gen = torch.Generator().manual_seed(7)
+    raw = source.load().train
+    noise = dm.mechanism.sample_noise(tuple(raw.shape), gen)
+    perm = torch.randperm(len(raw), generator=gen)
+    assert torch.equal(dm.release, (raw + noise)[perm])
     assert noise.std().item() == pytest.approx(dm.mechanism.noise_scale, rel=0.02)
-
 
 def test_changed_raw_data_under_the_same_config_is_refused(tmp_path):
     path = tmp_path / "data.pt"

@@ -25,6 +25,15 @@ CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "dp_sinkhorn
 
 
 @pytest.fixture(autouse=True)
+def _quiet_and_single_threaded():
+    """One torch thread: these tensors are tiny, and on a busy machine extra threads spin."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _quiet():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -52,8 +61,9 @@ class TinyImages(DataSource):
 def tiny_module(**kwargs) -> DPSinkhorn:
     options = {"noise_multiplier": 1.0, "clip_norm": 0.5, "num_cross": 10, "lr": 1e-3}
     options.update(kwargs)
-    gen = ConditionalDCGANGenerator(10, latent_dim=4, embed_dim=2, image_size=8,
-                                    hidden_channels=(8, 8, 8))
+    gen = ConditionalDCGANGenerator(
+        10, latent_dim=4, embed_dim=2, image_size=8, hidden_channels=(8, 8, 8)
+    )
     return DPSinkhorn(gen, **options)
 
 
@@ -236,9 +246,24 @@ def test_two_process_cpu_ddp_accounts_the_same_epsilon_as_one_process(tmp_path: 
 # -- CLI and configs ------------------------------------------------------------------------------
 
 
-def _fast_overrides(config: Path, root: Path, mnist_dir: Path) -> list[str]:
-    text = config.read_text()
-    out = [
+def _fast_config(config: Path, root: Path, mnist_dir: Path) -> list[str]:
+    """CLI arguments for a 2-step CPU run of ``config``: the MNIST source is swapped for the
+    shipped test split (4,000 records), Fashion-MNIST is limited to 4,000 records, the generator
+    and the generated batch are shrunk."""
+    import yaml
+
+    data = yaml.safe_load(config.read_text())
+    source = data["data"]["init_args"]["source"]
+    if source["class_path"].endswith(".MNIST"):
+        source["init_args"] = {"idx_dir": str(mnist_dir), "split": "test-only", "limit": 4000}
+    elif source["class_path"].endswith(".FashionMNIST"):
+        source["init_args"]["limit"] = 4000
+    path = root / config.name
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return [
+        "--config",
+        str(path),
         f"--trainer.default_root_dir={root}",
         "--trainer.logger=false",
         "--trainer.enable_checkpointing=false",
@@ -248,16 +273,6 @@ def _fast_overrides(config: Path, root: Path, mnist_dir: Path) -> list[str]:
         "--model.init_args.generator.init_args.hidden_channels=[8,8,8]",
         "--model.init_args.num_cross=8",
     ]
-    if "lightning_dpot.data.MNIST" in text:
-        out += [
-            "--data.init_args.source.init_args.root=null",
-            f"--data.init_args.source.init_args.idx_dir={mnist_dir}",
-            "--data.init_args.source.init_args.split=test-only",
-            "--data.init_args.source.init_args.limit=400",
-        ]
-    elif "FashionMNIST" in text:
-        out += ["--data.init_args.source.init_args.limit=400"]
-    return out
 
 
 def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
@@ -266,7 +281,7 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
     from lightning_dpot.cli import main
 
     config = Path(__file__).resolve().parents[2] / "configs/dp_sinkhorn/mnist_table1_eps10.yaml"
-    main(["fit", "--config", str(config), *_fast_overrides(config, tmp_path, mnist_test_dir)])
+    main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["method"] == "DPSinkhorn"
     assert report["privacy"]["steps"] == 2
@@ -289,8 +304,11 @@ def test_every_dp_sinkhorn_config_parses_and_runs_two_steps(
     assert "DPSinkhorn" in capsys.readouterr().out
     if "CelebA" in config.read_text():
         pytest.skip("CelebA is not shipped (needs data/celeba); config parsed only")
-    if "fashion-mnist" in config.read_text() and not Path("/usr/share/datasets/fashion-mnist").is_dir():
+    if (
+        "fashion-mnist" in config.read_text()
+        and not Path("/usr/share/datasets/fashion-mnist").is_dir()
+    ):
         pytest.skip("Fashion-MNIST not found at /usr/share/datasets/fashion-mnist")
-    main(["fit", "--config", str(config), *_fast_overrides(config, tmp_path, mnist_test_dir)])
+    main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["global_step"] == 2
