@@ -42,8 +42,9 @@ class ManifoldEvaluation(Callback):
         trainer.callback_metrics["manifold_error"] = torch.tensor(error)
         for logger in trainer.loggers:
             logger.log_metrics({"manifold_error": error}, step=trainer.global_step)
+        # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
+        path = Path(trainer.log_dir or trainer.default_root_dir) / "scatter.png"
         if self.plot and trainer.is_global_zero:
-            path = Path(trainer.log_dir or trainer.default_root_dir) / "scatter.png"
             self.save_scatter(trainer, samples, path, error)
             for logger in trainer.loggers:
                 if hasattr(logger, "log_image"):

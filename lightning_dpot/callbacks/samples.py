@@ -91,6 +91,8 @@ class SampleGrid(Callback):
 
     def save_grid(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> Path | None:
         """Write ``samples_{tag}.png`` and ``samples.png``; log the grid. Rank 0 only."""
+        # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
         if self._disabled or not trainer.is_global_zero:
             return None
         from torchvision.utils import save_image
@@ -105,7 +107,6 @@ class SampleGrid(Callback):
             self._disabled = True
             return None
         grid = images_to_grid(images, self.nrow)
-        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         path = log_dir / f"samples_{tag}.png"
         save_image(grid, path)

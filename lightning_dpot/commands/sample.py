@@ -62,6 +62,7 @@ def load_model(ckpt: str | Path, config: str | Path | None = None):
     state_dict = state.get("state_dict", state) if isinstance(state, dict) else None
     if not isinstance(state_dict, dict):
         raise ValueError(f"ckpt={str(ckpt)!r} holds no state_dict")
+    model.on_load_checkpoint(state)  # module state kept outside the state_dict (e.g. particles)
     model.load_state_dict(state_dict)
     model.eval()
     return model, config_path
