@@ -115,6 +115,7 @@ def test_release_is_raw_plus_one_draw_of_noise_in_a_shuffled_order(tmp_path):
     assert torch.equal(dm.release, (raw + noise)[perm])
     assert noise.std().item() == pytest.approx(dm.mechanism.noise_scale, rel=0.02)
 
+
 def test_changed_raw_data_under_the_same_config_is_refused(tmp_path):
     path = tmp_path / "data.pt"
     torch.save(torch.rand(50, 3) * 2 - 1, path)
@@ -257,8 +258,13 @@ def test_release_is_stored_in_a_shuffled_order(tmp_path):
 
 
 def test_shuffled_central_guarantee_for_laplace_release(tmp_path):
-    dm = _dm(tmp_path, mechanism="laplace", delta=None, shuffle_delta=1e-6,
-             source=HalfCircle(n=4000, n_test=10))
+    dm = _dm(
+        tmp_path,
+        mechanism="laplace",
+        delta=None,
+        shuffle_delta=1e-6,
+        source=HalfCircle(n=4000, n_test=10),
+    )
     dm.setup("fit")
     report = dm.privacy_report()["central_by_shuffling"]
     assert report["n"] == 4000 and report["epsilon0"] == 5.0
