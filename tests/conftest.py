@@ -23,3 +23,15 @@ def mnist_test_dir(shared_data_dir: Path) -> Path:
     if not (path / "t10k-images-idx3-ubyte.gz").is_file():
         pytest.skip(f"MNIST test split not found in {path}")
     return path
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The suite's runs are tiny: on a 2-core CI machine torch's thread pool costs more than it
+    gains, and tests running beside each other contend less."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

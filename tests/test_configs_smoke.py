@@ -9,20 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from lightning_dpot.cli import main
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """These runs are tiny: on a busy CPU, torch's thread pool costs more than it gains."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "entropic_wgan"
 CONFIGS = sorted(c for c in CONFIG_DIR.glob("*.yaml") if not c.name.startswith(("fig1_", "fig2_")))

@@ -11,16 +11,6 @@ from lightning_dpot.cli import main
 from lightning_dpot.commands.sample import find_run_config, load_model
 from lightning_dpot.nn import DCGANGenerator
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """These runs are tiny: on a busy CPU, torch's thread pool costs more than it gains."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TINY_RUN = {
     "seed_everything": 0,
     "trainer": {

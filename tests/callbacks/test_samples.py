@@ -14,15 +14,6 @@ from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.nn import DCGANGenerator, MLPGenerator
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """These runs are tiny: on a busy CPU, torch's thread pool costs more than it gains."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _image_module():
     return EntropicWGAN(
         DCGANGenerator(latent_dim=4, image_size=8, hidden_channels=4), latent_range=(0.0, 1.0)

@@ -10,15 +10,6 @@ import torch
 from lightning_dpot.data import Digits, PrivatizedDataModule, wavelet_denoise
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """These runs are tiny: on a busy CPU, torch's thread pool costs more than it gains."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _dm(tmp_path, **kw):
     args = dict(
         source=Digits(),

@@ -16,15 +16,6 @@ from lightning_dpot.ot import ExactOT, l1_cost
 from lightning_dpot.privacy.projections import project_l1_ball
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """These runs are tiny: on a busy CPU, torch's thread pool costs more than it gains."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _dm(tmp_path, **kw):
     args = dict(
         source=Digits(),
