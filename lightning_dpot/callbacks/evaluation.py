@@ -123,7 +123,7 @@ def _cap_to_particles(module: Any, n: int) -> int:
         raise ValueError(
             f"{type(module).__name__} holds no particles: a particle flow must be evaluated "
             "inside its training run (callbacks) or after restoring its particles and decoder "
-            "(on_load_checkpoint and the datamodule's setup)"
+            "(`lightning_dpot.commands.checkpoint.load_model` does both)"
         )
     if isinstance(particles, Tensor) and particles.ndim >= 1 and n > particles.shape[0]:
         warnings.warn(

@@ -5,7 +5,9 @@
         [--classifier-path P] [--data-config YAML]
 
 The model is rebuilt from the run's ``config.yaml`` with
-:func:`lightning_dpot.commands.sample.load_model` (the loader ``dpot sample`` uses), and the
+:func:`lightning_dpot.commands.checkpoint.load_model` (the loader ``dpot sample`` uses; particle
+flows get their particles and release back from the checkpoint and their decoder through
+``attach_datamodule``, without any mechanism call), and the
 reference data are the **raw held-out split** of the run's data section (or ``--data-config``),
 read from its ``source`` without privatizing anything. N samples are generated once (labelled
 when the method is class-conditional, ``sample_labeled(n) -> (x, y)``) and shared by all metrics.
@@ -35,28 +37,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_dpot.commands.checkpoint import load_datamodule
 from lightning_dpot.privacy.validation import check_positive_int
 
 DESCRIPTION = "FID / classifier FD, downstream utility and W2 of a checkpoint (prints JSON)"
 METRICS = ("fid", "utility", "w2")
 SAMPLE_SOURCES = ("raw-train", "privatized")
-
-
-def load_datamodule(config_path: str | Path) -> Any:
-    """The ``data`` section of a run config (or a YAML holding only that section), instantiated
-    (constructors read no records; nothing is privatized)."""
-    import lightning as L
-    import yaml
-    from jsonargparse import ArgumentParser
-
-    with open(config_path) as fh:
-        loaded = yaml.safe_load(fh)
-    section = loaded.get("data", loaded) if isinstance(loaded, dict) else None
-    if not isinstance(section, dict) or "class_path" not in section:
-        raise ValueError(f"data config={str(config_path)!r} has no 'data' section with class_path")
-    parser = ArgumentParser()
-    parser.add_subclass_arguments(L.LightningDataModule, "data")
-    return parser.instantiate_classes(parser.parse_object({"data": section})).data
 
 
 def parse_metrics(text: str) -> list[str]:
@@ -169,7 +155,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     record: dict[str, Any] = {"metrics_requested": metrics}
     model = None
     if args.ckpt is not None:
-        from lightning_dpot.commands.sample import load_model
+        from lightning_dpot.commands.checkpoint import load_model
 
         model, config_path = load_model(args.ckpt, args.config)
         model = model.to(device)

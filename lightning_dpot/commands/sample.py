@@ -5,6 +5,12 @@ saved in the run directory; found by walking up from the checkpoint, or given wi
 the checkpoint's ``state_dict`` is loaded, and ``model.sample(N)`` is written as a tensor file
 (``torch.save``, shape ``(N, *sample_shape)``, images in [−1, 1]) and/or a PNG grid. Sampling is
 post-processing of the trained generator: it costs no privacy. No data are read.
+
+Particle flows (``DPSWFlow``, ``DPSWFlowR``) work too: their particles and cached release come
+back from the checkpoint (``on_load_checkpoint``; no mechanism is called), and a module that
+needs its run's datamodule to sample (the public decoder of a latent flow) gets it through
+``attach_datamodule`` (:mod:`lightning_dpot.commands.checkpoint`). A flow returns its first
+``N`` particles, decoded; ``N`` may not exceed the number of particles.
 """
 
 from __future__ import annotations
@@ -15,57 +21,17 @@ from pathlib import Path
 
 import torch
 
+from lightning_dpot.commands.checkpoint import (
+    find_run_config,
+    instantiate,
+    load_model,
+    sample_model,
+)
 from lightning_dpot.privacy.validation import check_positive_int
 
+__all__ = ["build_parser", "find_run_config", "instantiate", "load_model", "main", "run"]
+
 DESCRIPTION = "draw samples from a trained generator checkpoint (tensor file and/or PNG grid)"
-
-
-def instantiate(parser, config):
-    """``parser.instantiate`` (jsonargparse ≥ 4.49) or ``instantiate_classes`` (older)."""
-    method = getattr(parser, "instantiate", None) or parser.instantiate_classes
-    return method(config)
-
-
-def find_run_config(ckpt: str | Path) -> Path:
-    """The nearest ``config.yaml`` in the checkpoint's folder or one of its parents."""
-    ckpt = Path(ckpt).resolve()
-    for folder in ckpt.parents:
-        candidate = folder / "config.yaml"
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(
-        f"no config.yaml found next to ckpt={str(ckpt)!r} or in any parent folder; pass the "
-        "run's config with --config"
-    )
-
-
-def load_model(ckpt: str | Path, config: str | Path | None = None):
-    """Rebuild the LightningModule of a run from its config's ``model`` section and load the
-    checkpoint's weights. Returns ``(model, config_path)``."""
-    import lightning as L
-    import yaml
-    from jsonargparse import ArgumentParser
-
-    ckpt = Path(ckpt)
-    if not ckpt.is_file():
-        raise FileNotFoundError(f"ckpt={str(ckpt)!r}: no such checkpoint file")
-    config_path = Path(config) if config is not None else find_run_config(ckpt)
-    with open(config_path) as fh:
-        loaded = yaml.safe_load(fh)
-    section = loaded.get("model") if isinstance(loaded, dict) else None
-    if not isinstance(section, dict):
-        raise ValueError(f"config={str(config_path)!r} has no 'model' section")
-    parser = ArgumentParser()
-    parser.add_subclass_arguments(L.LightningModule, "model")
-    model = instantiate(parser, parser.parse_object({"model": section})).model
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)
-    state_dict = state.get("state_dict", state) if isinstance(state, dict) else None
-    if not isinstance(state_dict, dict):
-        raise ValueError(f"ckpt={str(ckpt)!r} holds no state_dict")
-    model.on_load_checkpoint(state)  # module state kept outside the state_dict (e.g. particles)
-    model.load_state_dict(state_dict)
-    model.eval()
-    return model, config_path
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -94,7 +60,7 @@ def run(args: argparse.Namespace) -> dict:
     model, config_path = load_model(args.ckpt, args.config)
     if args.seed is not None:
         torch.manual_seed(args.seed)
-    samples = model.sample(num, batch_size=batch_size)
+    samples = sample_model(model, num, batch_size=batch_size)
     summary: dict = {
         "checkpoint": str(args.ckpt),
         "config": str(config_path),
