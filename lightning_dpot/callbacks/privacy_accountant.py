@@ -5,12 +5,18 @@ Contract with the LightningModule
 A private module defines ``dp_step() -> dict | None`` returning
 ``{"noise_multiplier": σ, "sample_rate": q}``: what ONE optimizer step (one increment of
 ``trainer.global_step``) releases, as one step of the Poisson-subsampled Gaussian mechanism
-(:mod:`lightning_dpot.privacy.accountants`) under add/remove-one adjacency. σ is the noise
-standard deviation divided by the ℓ2 sensitivity of what is noised (for DP-Sinkhorn's jointly
-clipped block: std 2Δσ over sensitivity 2Δ, SPEC §6), q the Poisson rate of the real-data sampler
-(:mod:`lightning_dpot.data.poisson`). The module, not the user, knows these numbers. ``None``
-means "not private" and is refused. ``dp_step`` is called before every step (the values may change
-during training, e.g. a noise schedule) and after it, to look one step ahead.
+(:mod:`lightning_dpot.privacy.accountants`) under add/remove-one adjacency. A module that releases
+a fixed-size batch of ``b`` of its ``n`` records drawn uniformly without replacement adds
+``"sampling": "without_replacement", "dataset_size": n, "batch_size": b`` (and ``sample_rate``
+``= b/n``); the step is then accounted as the subsampled Gaussian without replacement under
+replace-one adjacency (Wang, Balle, Kasiviswanathan 2019; RDP only, dp-accounting has no PLD for
+it). ``"sampling"`` defaults to ``"poisson"``; one run (and its checkpoints) uses one scheme.
+σ is the noise standard deviation divided by the ℓ2 sensitivity of what is noised (for
+DP-Sinkhorn's jointly clipped block: std 2Δσ over sensitivity 2Δ, SPEC §6), q the Poisson rate
+of the real-data sampler (:mod:`lightning_dpot.data.poisson`). The module, not the user, knows
+these numbers. ``None`` means "not private" and is refused. ``dp_step`` is called before every
+step (the values may change during training, e.g. a noise schedule) and after it, to look one
+step ahead.
 
 What the callback does
 ----------------------
@@ -42,6 +48,7 @@ optimizer step would be several SGM releases); it is refused at the start of fit
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -54,12 +61,13 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_dpot.privacy.accountants import (
     ACCOUNTANTS,
-    ADJACENCY,
     DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
-    MECHANISM,
+    POISSON,
     PrivacyAccountant,
+    check_sampling,
     make_accountant,
+    swor_sample_rate,
 )
 from lightning_dpot.privacy.validation import (
     check_delta,
@@ -72,6 +80,35 @@ from lightning_dpot.privacy.validation import (
 
 class PrivacyBudgetExceededError(RuntimeError):
     """Raised before an optimizer step that would take ε past the target."""
+
+
+def read_dp_sampling(pl_module: L.LightningModule) -> tuple[str, int | None, int | None]:
+    """``(sampling, dataset_size, batch_size)`` from ``pl_module.dp_step()``, validated.
+
+    ``("poisson", None, None)`` when the module does not say (the default scheme). For
+    ``"without_replacement"`` ``dataset_size`` n and ``batch_size`` b are required, with
+    ``1 <= b <= n`` and ``sample_rate == b/n``.
+    """
+    name = type(pl_module).__name__
+    read_dp_step(pl_module)
+    release = pl_module.dp_step()
+    sampling = check_sampling(release.get("sampling", POISSON))
+    if sampling == POISSON:
+        return sampling, None, None
+    if not {"dataset_size", "batch_size"} <= set(release):
+        raise ValueError(
+            f"{name}.dp_step() declares sampling={sampling!r} and must then also give "
+            f"'dataset_size' and 'batch_size', got {release!r}"
+        )
+    n = check_positive_int(f"{name}.dp_step()['dataset_size']", release["dataset_size"])
+    b = check_positive_int(f"{name}.dp_step()['batch_size']", release["batch_size"])
+    rate = swor_sample_rate(n, b)
+    if not math.isclose(float(release["sample_rate"]), rate, rel_tol=1e-12):
+        raise ValueError(
+            f"{name}.dp_step()['sample_rate']={release['sample_rate']!r} must equal "
+            f"batch_size/dataset_size = {b}/{n} = {rate!r} for sampling {sampling!r}"
+        )
+    return sampling, n, b
 
 
 def read_dp_step(pl_module: L.LightningModule) -> tuple[float, float]:
@@ -156,6 +193,7 @@ class PrivacyAccountantCallback(Callback):
         self._steps_per_batch = 1
         self._pending: tuple[float, float] | None = None
         self._budget: tuple[Any, int] | None = None
+        self._swor_sizes: tuple[int | None, int | None] = (None, None)
 
     # -- budget -------------------------------------------------------------------------------
 
@@ -186,8 +224,18 @@ class PrivacyAccountantCallback(Callback):
 
     # -- Lightning hooks ----------------------------------------------------------------------
 
+    def _sync_sampling(self, pl_module: L.LightningModule) -> None:
+        """Set the accountant's sampling scheme from ``dp_step()``; refused (ValueError) if the
+        accountant cannot analyse it or the restored history used the other scheme."""
+        sampling, n, b = read_dp_sampling(pl_module)
+        if sampling != self.accountant.sampling or (n, b) != self._swor_sizes:
+            self.accountant.sampling = sampling
+            self._swor_sizes = (n, b)
+            self._budget = None
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         read_dp_step(pl_module)
+        self._sync_sampling(pl_module)
         if trainer.accumulate_grad_batches != 1:
             raise ValueError(
                 "PrivacyAccountantCallback does not support accumulate_grad_batches="
@@ -267,6 +315,7 @@ class PrivacyAccountantCallback(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         sigma, q = read_dp_step(pl_module)
+        self._sync_sampling(pl_module)
         self._pending = (sigma, q)
         if self.remaining_steps(sigma, q) < self._steps_per_batch:
             trainer.should_stop = True
@@ -361,6 +410,9 @@ class PrivacyAccountantCallback(Callback):
     def report(self) -> dict[str, Any]:
         """The privacy section of ``report.json`` (plain JSON types).
 
+        ``sampling`` is ``"poisson"`` (adjacency ``"add_or_remove_one"``) or
+        ``"without_replacement"`` (``"replace_one"``, with ``dataset_size`` and ``batch_size``;
+        ``sample_rate`` is then b/n and ``epsilon_pld`` is ``None``: no PLD analysis).
         ``noise_multiplier`` / ``sample_rate`` are ``None`` when they changed during training;
         ``history`` then lists every run ``[noise_multiplier, sample_rate, steps]``. ``epsilon``
         is the driving accountant's ε; ``epsilon_<name>`` gives it under each accountant.
@@ -372,6 +424,9 @@ class PrivacyAccountantCallback(Callback):
         epsilons = {f"epsilon_{self.accountant.name}": epsilon}
         for name in self.also_report:
             other = make_accountant(name)
+            if self.accountant.sampling not in other.samplings:
+                epsilons[f"epsilon_{name}"] = None  # e.g. no PLD for sampling w/o replacement
+                continue
             other.load_state_dict(self.accountant.state_dict())
             epsilons[f"epsilon_{name}"] = other.get_epsilon(self.delta)
         try:
@@ -379,8 +434,11 @@ class PrivacyAccountantCallback(Callback):
         except PackageNotFoundError:  # pragma: no cover - installed with the package
             library = "dp-accounting"
         return {
-            "mechanism": MECHANISM,
-            "adjacency": ADJACENCY,
+            "mechanism": self.accountant.mechanism,
+            "adjacency": self.accountant.adjacency,
+            "sampling": self.accountant.sampling,
+            "dataset_size": self._swor_sizes[0],
+            "batch_size": self._swor_sizes[1],
             "noise_multiplier": sigma,
             "sample_rate": q,
             "steps": self.accountant.steps,

@@ -12,8 +12,18 @@
     (:meth:`PrivateLatentDataModule.private_records`, DPSWflow); the loader only yields step
     numbers (``steps_per_epoch`` of them) to drive the training loop;
   - ``sample_rate=q``: a Poisson-sampled batch of latents per step
-    (:mod:`lightning_dpot.data.poisson`; DPSWflow-r, DPSWgen), ``steps_per_epoch`` defaulting to
-    ``round(1/q)``.
+    (:mod:`lightning_dpot.data.poisson`), ``steps_per_epoch`` defaulting to ``round(1/q)``;
+  - ``batch_size=b``: fixed-size batches of exactly ``b`` of the ``n`` private records drawn
+    uniformly **without replacement**, independently at every step (DPSWflow-r, DPSWgen). The
+    draw of step ``k`` is :meth:`PrivateLatentDataModule.without_replacement_indices`, a
+    function of ``(seed, k)`` only (never of the data), so it is identical on every DDP rank and
+    after a resume. The module draws it itself at its ``global_step`` (the loader then only
+    yields step numbers); ``steps_per_epoch`` defaults to ``max(1, round(n/b))``. This is the
+    sampling of the replace-one accounting of
+    :func:`~lightning_dpot.privacy.accountants.swor_gaussian_epsilon` (Wang, Balle,
+    Kasiviswanathan 2019): a fixed batch size makes the number of released rows public. The
+    amplification by subsampling assumes the drawn subsets stay hidden: ``seed`` must be
+    treated as secret, like the modules' noise seeds (a known seed reveals the subsets).
 
   Without an autoencoder (``autoencoder=None``, the 2-D toy of paper 004 §5.4) the whole training
   set is private and the records themselves are released; they must lie in the unit ball (the
@@ -27,6 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 import lightning as L
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -38,7 +49,11 @@ from lightning_dpot.data.split import (
     PublicPrivateSplit,
     make_public_private_split,
 )
-from lightning_dpot.privacy.validation import check_positive_int, check_probability
+from lightning_dpot.privacy.validation import (
+    check_nonnegative_int,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = ["PrivateLatentDataModule", "PublicSplitDataModule"]
 
@@ -151,10 +166,13 @@ class PrivateLatentDataModule(L.LightningDataModule):
             with the one in the checkpoint (and ``split_file`` if given): a mismatch is refused.
         split_file: stage 1's JSON split, checked as well when given.
         sample_rate: Poisson rate q per step, or ``None`` (whole private set, read once).
-        steps_per_epoch: training steps per epoch (default ``round(1/q)``, or 100 without q).
+        batch_size: fixed batch size b drawn without replacement per step (module docstring);
+            exclusive with ``sample_rate``.
+        steps_per_epoch: training steps per epoch (default ``round(1/q)``, ``round(n/b)``, or 100
+            with neither).
         normalize: ``"sphere"`` (``z/‖z‖``, latents) or ``"ball"`` (``z/max(1, ‖z‖)``, toy).
         encode_batch_size: batch size of the (no-grad) encoding pass.
-        seed: seed of the Poisson masks.
+        seed: seed of the Poisson masks and of the without-replacement draws.
     """
 
     def __init__(
@@ -166,6 +184,7 @@ class PrivateLatentDataModule(L.LightningDataModule):
         split_seed: int = 0,
         split_file: str | None = None,
         sample_rate: float | None = None,
+        batch_size: int | None = None,
         steps_per_epoch: int | None = None,
         normalize: Normalization = "sphere",
         encode_batch_size: int = 500,
@@ -189,9 +208,23 @@ class PrivateLatentDataModule(L.LightningDataModule):
         self.sample_rate = (
             None if sample_rate is None else check_probability("sample_rate", sample_rate)
         )
-        if steps_per_epoch is None:
-            steps_per_epoch = 100 if sample_rate is None else max(1, round(1.0 / sample_rate))
-        self.steps_per_epoch = check_positive_int("steps_per_epoch", steps_per_epoch)
+        if sample_rate is not None and batch_size is not None:
+            raise ValueError(
+                "give at most one of sample_rate (Poisson) and batch_size (fixed size, without "
+                f"replacement), got sample_rate={sample_rate!r}, batch_size={batch_size!r}"
+            )
+        self.batch_size = (
+            None if batch_size is None else check_positive_int("batch_size", batch_size)
+        )
+        if steps_per_epoch is None and sample_rate is not None:
+            steps_per_epoch = max(1, round(1.0 / sample_rate))
+        elif steps_per_epoch is None and batch_size is None:
+            steps_per_epoch = 100
+        self._steps_per_epoch = (
+            None
+            if steps_per_epoch is None
+            else check_positive_int("steps_per_epoch", steps_per_epoch)
+        )
         self.normalize = normalize
         self.encode_batch_size = check_positive_int("encode_batch_size", encode_batch_size)
         self.seed = seed
@@ -202,6 +235,35 @@ class PrivateLatentDataModule(L.LightningDataModule):
             self.autoencoder.requires_grad_(False)
 
     # -- facts the modules read ------------------------------------------------------------------
+    @property
+    def steps_per_epoch(self) -> int:
+        """Training steps per epoch (with ``batch_size`` and no explicit value: ``round(n/b)``,
+        known after :meth:`setup`)."""
+        if self._steps_per_epoch is None:
+            assert self.batch_size is not None
+            self._steps_per_epoch = max(1, round(self.num_private / self.batch_size))
+        return self._steps_per_epoch
+
+    def without_replacement_indices(self, step: int) -> Tensor:
+        """Indices of the ``batch_size`` records of step ``step``: a uniformly random subset of
+        size b of ``range(n)`` without replacement, a function of ``(seed, step)`` only.
+
+        Raises:
+            ValueError: if ``batch_size`` is not set or exceeds the number of private records.
+        """
+        if self.batch_size is None:
+            raise ValueError("without_replacement_indices needs batch_size (got None)")
+        n = self.num_private
+        if self.batch_size > n:
+            raise ValueError(
+                f"batch_size must be in [1, n={n}] (the number of private records), got "
+                f"{self.batch_size!r}"
+            )
+        step = check_nonnegative_int("step", step)
+        state = np.random.SeedSequence([int(self.seed), 0x5EED, step]).generate_state(2, np.uint32)
+        g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        return torch.randperm(n, generator=g)[: self.batch_size]
+
     @property
     def latent_dim(self) -> int:
         if self.autoencoder is not None:
@@ -278,7 +340,7 @@ class PrivateLatentDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         latents = self.private_records()
-        if self.sample_rate is None:
+        if self.sample_rate is None:  # whole set read once, or drawn by the module (batch_size)
             steps = torch.arange(self.steps_per_epoch)
             return DataLoader(TensorDataset(steps), batch_size=1, shuffle=False)
         return poisson_dataloader(

@@ -20,8 +20,10 @@ is valid but loose), holding with probability ≥ 1 − δ_s over Θ. Everything
   *Samples*: the particles (``num_particles`` of them). Any number more is free: rerun the flow
   from the cached release (:meth:`DPSWFlow.generate`), which is post-processing.
 * :class:`DPSWFlowR` (Algorithm 1): every step draws a fresh Θ (seeded by ``(seed, step)``) and
-  releases a fresh Poisson-sampled private minibatch (rate ``q``). The accountant composes ``T``
-  steps of the Poisson-subsampled Gaussian with noise multiplier ``σ/Δ``
+  releases a fresh private minibatch of exactly ``b`` of the ``n`` records, drawn uniformly
+  without replacement (seeded by ``(seed, step)``; the datamodule's ``batch_size``). The
+  accountant composes ``T`` steps of the subsampled Gaussian without replacement, ratio ``b/n``,
+  noise multiplier ``σ/Δ``, under replace-one adjacency
   (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`, via :meth:`dp_step`); the
   reported δ is ``δ + T·δ_s`` (union bound over the ``T`` draws of Θ).
   *Samples*: exactly the ``num_particles`` particles. More samples would need a new flow, i.e. new
@@ -32,24 +34,28 @@ is valid but loose), holding with probability ≥ 1 − δ_s over Θ. Everything
   latents of its images and the per-step release; accounted exactly like :class:`DPSWFlowR`.
   *Samples*: unlimited and free (a trained generator).
 
-**Adjacency (read this).** The sensitivity Δ is for replacing one record (fixed n), as in the
-paper. :class:`DPSWFlow` releases the full private set once: replace-one is exact there. The
-SGM accountants used for :class:`DPSWFlowR` / :class:`DPSWGen` analyse add/remove-one adjacency
-for a *sum* query; here each sampled record is released as its own noisy row, so the number of
-rows (the Poisson batch size) is part of the output and the neighbouring datasets of add/remove
-have different output shapes. The number the accountant prints is therefore the standard
-"SGM with multiplier σ/Δ" figure the paper reports, not a proof for this mechanism; a rigorous
-alternative (fixed-size sampling without replacement, which fixes the output shape, with the
-replace-one subsampled-Gaussian RDP bound of Wang, Balle & Kasiviswanathan 2019) is not
-implemented yet. See ``docs/dpswflow.md``.
+**Adjacency.** Every guarantee here is for *replacing* one record (``n`` public), the relation of
+the sensitivity Δ (Lemma 1). :class:`DPSWFlow` releases the full private set once. For
+:class:`DPSWFlowR` / :class:`DPSWGen` each sampled record is released as its own noisy row, so the
+batch size is visible: they therefore use fixed-size batches (``b`` rows every step, a public
+number) drawn uniformly without replacement, independently of the data. Replacing one record
+changes at most one released row (the subset is drawn from indices, not values), by at most Δ in
+ℓ2 given Θ, so a step is the subsampled Gaussian without replacement with ratio ``γ = b/n`` and
+multiplier ``σ/Δ``. Its RDP is bounded by Wang, Balle & Kasiviswanathan 2019 ("Subsampled Rényi
+DP and analytical moments accountant", Thm. 9/27), composed over ``T`` steps by dp-accounting's
+``RdpAccountant(REPLACE_ONE)`` (:func:`~lightning_dpot.privacy.accountants.swor_gaussian_epsilon`;
+no PLD analysis exists for it in dp-accounting, so only RDP is reported). Poisson sampling
+(add/remove-one, the paper's accounting) is refused: with one row per sampled record it is not
+proven for this mechanism. See ``docs/dpswflow.md``.
 
 **DDP.** Particles are sharded across ranks (``num_particles`` must be divisible by the world
 size); directions come from generators seeded by ``(seed, step)``, identical on every rank. The
-DPSWFlow release is drawn on rank 0 and broadcast. DPSWFlowR's per-step releases are made by
-each rank on its own Poisson shard (parallel composition, :mod:`lightning_dpot.data.poisson`) and
-all-gathered (post-processing), so every rank flows toward the same released batch. Checkpoints
-gather all shards. Use ``Trainer(use_distributed_sampler=False)``: Lightning's distributed sampler
-would replace the Poisson sharding (and split DPSWFlow's step loader).
+DPSWFlow release is drawn on rank 0 and broadcast. The per-step batch of DPSWFlowR / DPSWGen is
+the same ``b`` indices on every rank (seeded by ``(seed, step)``); rank ``r`` releases the rows
+``r, r + W, ...`` of it (disjoint shards, each record's row is noised once) and the rows are
+all-gathered (post-processing), so every rank flows toward the same released batch of ``b`` rows.
+Checkpoints gather all shards. Use ``Trainer(use_distributed_sampler=False)``: Lightning's
+distributed sampler would split the step loaders.
 """
 
 from __future__ import annotations
@@ -70,7 +76,11 @@ from lightning_dpot.ot.sliced import (
     sliced_flow_step,
     sliced_wasserstein,
 )
-from lightning_dpot.privacy.accountants import sgm_epsilon, sgm_min_noise_multiplier
+from lightning_dpot.privacy.accountants import (
+    WITHOUT_REPLACEMENT,
+    swor_gaussian_epsilon,
+    swor_min_noise_multiplier,
+)
 from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
 from lightning_dpot.privacy.sliced_sensitivity import (
     W_BOUNDS,
@@ -279,6 +289,18 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         self.dim = int(particles.shape[1])
         self.mechanism_calls = int(checkpoint["dpsw_mechanism_calls"])
         self.noise_sigma = float(checkpoint["dpsw_noise_sigma"])
+
+    def attach_datamodule(self, datamodule: Any) -> None:
+        """Attach the public decoder of a (not set-up) ``PrivateLatentDataModule`` after a
+        checkpoint load (``dpot sample`` / ``dpot evaluate``, see
+        :mod:`lightning_dpot.commands.checkpoint`). Loads only the stage-1 autoencoder weights:
+        no private record is read and no mechanism is called."""
+        from lightning_dpot.data.latent import load_autoencoder_checkpoint
+
+        autoencoder = getattr(datamodule, "autoencoder", None)
+        if autoencoder is not None and getattr(datamodule, "latents", None) is None:
+            load_autoencoder_checkpoint(autoencoder, datamodule.autoencoder_checkpoint)
+        self._decode = datamodule.decode
 
     # -- samples ---------------------------------------------------------------------------------
     @torch.no_grad()
@@ -490,41 +512,82 @@ def _planned_steps(trainer: L.Trainer, steps_per_epoch: int) -> int:
 
 
 class _PerStepRelease(_SlicedReleaseMixin):
-    """Shared by DPSWFlowR and DPSWGen: fresh Θ + release of a Poisson batch every step."""
+    """Shared by DPSWFlowR and DPSWGen: fresh Θ + release of a fixed-size batch drawn without
+    replacement every step (module docstring, "Adjacency")."""
 
     noise_sigma: float
     target_epsilon: float | None
     accountant: str
     sample_rate: float | None
+    batch_size: int | None
+    dataset_size: int | None
     dim: int | None
     seed: int
 
     def calibrate_per_step(self, trainer: L.Trainer, datamodule: Any) -> None:
-        if datamodule.sample_rate is None:
+        name = type(self).__name__
+        if getattr(datamodule, "sample_rate", None) is not None:
             raise ValueError(
-                f"{type(self).__name__} releases a Poisson-sampled minibatch every step: set the "
-                "datamodule's sample_rate (q in (0, 1])"
+                f"{name} releases one noisy row per sampled record, so Poisson sampling "
+                f"(sample_rate={datamodule.sample_rate!r}) would make the batch size part of the "
+                "output, which its add/remove accounting does not cover: set the datamodule's "
+                "batch_size (fixed size b, drawn without replacement) and sample_rate=None"
             )
-        self.sample_rate = float(datamodule.sample_rate)
+        if getattr(datamodule, "batch_size", None) is None:
+            raise ValueError(
+                f"{name} releases a fixed-size minibatch drawn without replacement every step: "
+                "set the datamodule's batch_size (an integer b in [1, n])"
+            )
+        n, b = int(datamodule.num_private), int(datamodule.batch_size)
+        if not 1 <= b <= n:
+            raise ValueError(
+                f"batch_size must be in [1, n={n}] (the number of private records), got {b!r}"
+            )
+        self.dataset_size, self.batch_size, self.sample_rate = n, b, b / n
+        self.__dict__["_batch_source"] = datamodule  # not module state
         if self.target_epsilon is not None:
             steps = _planned_steps(trainer, datamodule.steps_per_epoch)
-            multiplier = sgm_min_noise_multiplier(
-                self.sample_rate, steps, self.target_epsilon, self.delta, self.accountant
+            multiplier = swor_min_noise_multiplier(
+                n, b, steps, self.target_epsilon, self.delta, self.accountant
             )
             self.noise_sigma = multiplier * self.sensitivity(int(self.dim))
 
-    def dp_step(self) -> dict[str, float] | None:
-        """What one step releases: ``{"noise_multiplier": σ/Δ, "sample_rate": q}`` (SGM form,
-        see the module docstring on adjacency). ``None`` when σ = 0 (not private)."""
-        if self.noise_sigma == 0.0 or self.sample_rate is None:
+    def dp_step(self) -> dict[str, Any] | None:
+        """What one step releases: ``{"noise_multiplier": σ/Δ, "sample_rate": b/n, "sampling":
+        "without_replacement", "dataset_size": n, "batch_size": b}`` (replace-one; module
+        docstring). ``None`` when σ = 0 (not private)."""
+        if self.noise_sigma == 0.0 or self.batch_size is None or self.dataset_size is None:
             return None
         multiplier = sliced_noise_multiplier(self.noise_sigma, self.sensitivity(int(self.dim)))
-        return {"noise_multiplier": multiplier, "sample_rate": self.sample_rate}
+        return {
+            "noise_multiplier": multiplier,
+            "sample_rate": self.batch_size / self.dataset_size,
+            "sampling": WITHOUT_REPLACEMENT,
+            "dataset_size": self.dataset_size,
+            "batch_size": self.batch_size,
+        }
 
-    def release_step(self, batch: Tensor, step: int) -> tuple[Tensor, Tensor]:
+    def step_batch(self, step: int, device: torch.device) -> Tensor:
+        """This rank's rows of step ``step``'s batch: the ``b`` indices drawn without
+        replacement from ``(seed, step)`` by the datamodule (same on every rank), rows
+        ``rank, rank + W, ...`` of them."""
+        source = self.__dict__.get("_batch_source")
+        if source is None:
+            raise RuntimeError(f"{type(self).__name__}: call setup() (fit) first")
+        rank, world = _rank_world()
+        indices = source.without_replacement_indices(step)
+        if indices.numel() != self.batch_size:
+            raise RuntimeError(
+                f"drew {indices.numel()} records at step {step}, dp_step() reports "
+                f"batch_size={self.batch_size}"
+            )
+        return source.private_records()[indices[rank::world]].to(device)
+
+    def release_step(self, step: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """Θ_k (seeded by (seed, step), same on all ranks) and the sorted, all-gathered release
-        ``(N_θ, m)`` of this step's Poisson batch."""
+        ``(N_θ, b)`` of this step's fixed-size batch."""
         rank, _ = _rank_world()
+        batch = self.step_batch(step, device)
         theta = random_directions(
             self.num_directions,
             int(self.dim),
@@ -538,9 +601,12 @@ class _PerStepRelease(_SlicedReleaseMixin):
     def per_step_report(self, steps: int) -> dict[str, Any]:
         dim = int(self.dim or 0)
         report: dict[str, Any] = {
-            "mechanism": "Poisson-subsampled gaussian sliced release per step (paper 004 Alg. 1)",
-            "adjacency": "release sensitivity: replace-one; SGM accountant: add/remove "
-            "(see docs/dpswflow.md)",
+            "mechanism": "gaussian sliced release per step of a fixed-size batch sampled without "
+            "replacement (paper 004 Alg. 1; Wang, Balle, Kasiviswanathan 2019)",
+            "adjacency": "replace_one",
+            "sampling": WITHOUT_REPLACEMENT,
+            "dataset_size": self.dataset_size,
+            "batch_size": self.batch_size,
             "noise_sigma": self.noise_sigma,
             "num_directions": self.num_directions,
             "dim": dim,
@@ -556,10 +622,11 @@ class _PerStepRelease(_SlicedReleaseMixin):
             sens = self.sensitivity(dim)
             report["sensitivity_l2"] = sens
             report["noise_multiplier"] = self.noise_sigma / sens
-            if self.noise_sigma > 0 and self.sample_rate is not None and steps > 0:
-                # RDP only here (fast); PrivacyAccountantCallback also reports PLD.
-                report["epsilon_rdp"] = sgm_epsilon(
-                    self.noise_sigma / sens, self.sample_rate, steps, self.delta, "rdp"
+            if self.noise_sigma > 0 and self.batch_size is not None and steps > 0:
+                # RDP only: dp-accounting has no PLD for sampling without replacement.
+                assert self.dataset_size is not None
+                report["epsilon_rdp"] = swor_gaussian_epsilon(
+                    self.noise_sigma / sens, self.dataset_size, self.batch_size, steps, self.delta
                 )
             elif steps > 0:
                 report["epsilon_rdp"] = "inf"
@@ -567,15 +634,16 @@ class _PerStepRelease(_SlicedReleaseMixin):
 
 
 class DPSWFlowR(_PerStepRelease, _ParticleFlow):
-    """DPSWflow-r (paper 004, Algorithm 1): fresh Θ and a fresh Poisson batch every step.
+    """DPSWflow-r (paper 004, Algorithm 1): fresh Θ and a fresh fixed-size batch every step.
 
     Step ``k``: ``Θ_k`` (``N_θ`` directions, generator seeded by ``(seed, k)``), release
-    ``Ỹ_k = B_k Θ_kᵀ + Z_k`` of the Poisson batch ``B_k`` (rate q), then
-    ``X_{k+1} = X_k + h·v̂(X_k; Ỹ_k, Θ_k) + sqrt(2λh)·ξ`` (eqs. 18–21). An empty batch still counts
-    as a step (the particles do not move).
+    ``Ỹ_k = B_k Θ_kᵀ + Z_k`` of the batch ``B_k`` (``b`` of the ``n`` records, uniformly without
+    replacement, seeded by ``(seed, k)``), then
+    ``X_{k+1} = X_k + h·v̂(X_k; Ỹ_k, Θ_k) + sqrt(2λh)·ξ`` (eqs. 18–21).
 
-    Privacy: ``T`` steps of the Poisson-subsampled Gaussian with multiplier ``σ/Δ``,
-    ``Δ = 2·sqrt(w(N_θ, δ_s))``, composed by
+    Privacy (replace-one): ``T`` steps of the subsampled Gaussian without replacement, ratio
+    ``γ = b/n``, multiplier ``σ/Δ``, ``Δ = 2·sqrt(w(N_θ, δ_s))``; RDP per step bounded by Wang,
+    Balle & Kasiviswanathan 2019 (for ``b = n``: ``α/(2(σ/Δ)²)``), composed by
     :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback` through :meth:`dp_step`;
     δ_total = ``δ + T·δ_s``. Give ``noise_sigma`` or ``target_epsilon`` (σ is then the smallest
     multiplier reaching it over the planned ``T`` = max_steps or max_epochs·steps_per_epoch).
@@ -584,7 +652,9 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
     which spends budget (the accountant would have to compose them).
 
     Args: as :class:`DPSWFlow` (no ``directions_per_step``; paper ``N_θ`` = 70) plus
-        ``accountant`` (``"rdp"`` or ``"pld"``) used to calibrate σ from ``target_epsilon``.
+        ``accountant`` used to calibrate σ from ``target_epsilon``: ``"rdp"`` only (``"pld"``
+        is refused: dp-accounting has no PLD analysis of sampling without replacement). The
+        datamodule must set ``batch_size`` (``sample_rate=None``).
     """
 
     def __init__(
@@ -610,15 +680,16 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
         self.save_hyperparameters()
         self.accountant = accountant
         self.sample_rate: float | None = None
+        self.batch_size: int | None = None
+        self.dataset_size: int | None = None
 
     def calibrate(self, datamodule: Any) -> None:
         self.calibrate_per_step(self.trainer, datamodule)
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
-        step = self.trainer.global_step
-        theta, target_sorted = self.release_step(batch[0], step)
-        if target_sorted.shape[1] > 0:
-            self._flow_step(target_sorted.transpose(0, 1), theta, step)
+        step = self.trainer.global_step  # the loader only yields step numbers
+        theta, target_sorted = self.release_step(step, self.particles.device)
+        self._flow_step(target_sorted.transpose(0, 1), theta, step)
         self._tick()
 
     def _more_samples_note(self) -> str:
@@ -636,7 +707,7 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
     """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with
     the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
 
-    Step ``k``: fresh ``Θ_k`` and release ``Ỹ_k`` of the Poisson batch (as DPSWFlowR); generate
+    Step ``k``: fresh ``Θ_k`` and release ``Ỹ_k`` of the fixed-size batch (as DPSWFlowR); generate
     images ``G(u)``, ``u ~ N(0, I)``; map them to the latent sphere with the frozen public encoder,
     ``z = E(G(u))`` (identity + unit-ball scaling without an autoencoder); minimise
     ``L = (1/N_θ) Σ_j W_2^2(θ_j#z * N(0, σ²), Ỹ_k[:, j])``
@@ -688,6 +759,8 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         self.seed = int(seed)
         self.mechanism_calls = 0
         self.sample_rate: float | None = None
+        self.batch_size: int | None = None
+        self.dataset_size: int | None = None
         self.dim: int | None = None
 
     def setup(self, stage: str) -> None:
@@ -714,17 +787,14 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         return self.generator(u)
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
-        step = self.trainer.global_step
-        theta, target_sorted = self.release_step(batch[0], step)
+        step = self.trainer.global_step  # the loader only yields step numbers
+        theta, target_sorted = self.release_step(step, self.device)
         u = torch.randn(self.generated_batch_size, self.generator.latent_dim, device=self.device)
         z = self.to_latent(self(u))
-        if target_sorted.shape[1] == 0:
-            loss = 0.0 * z.sum()  # empty Poisson batch: still one (no-op) optimizer step
-        else:
-            g = seeded_generator(self.seed, _STREAM_FLOW, step, _rank_world()[0], device=z.device)
-            loss = dp_sliced_wasserstein_loss(
-                z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
-            )
+        g = seeded_generator(self.seed, _STREAM_FLOW, step, _rank_world()[0], device=z.device)
+        loss = dp_sliced_wasserstein_loss(
+            z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
+        )
         self.log("train/loss", loss, prog_bar=True)
         return loss
 

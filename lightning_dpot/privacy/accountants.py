@@ -44,6 +44,26 @@ their settings and wraps them.
   and tighter than RDP: ε = 0.93 vs 1.01 at the paper-002 MNIST setting (σ = 1.5, q = 1/1200,
   T = 160,000, δ = 1e-5), and far smaller for few steps (0.07 vs 0.24 at T = 1,200).
 
+Fixed-size sampling without replacement (replace-one adjacency)
+-----------------------------------------------------------------
+When each sampled record is released as its own noisy row (the sliced releases of
+:mod:`lightning_dpot.methods.dpsw`), the batch size is visible and the add/remove analysis above
+does not apply. Those modules draw, at every step, a uniformly random subset of exactly ``b`` of
+the ``n`` records (data-independent), and the guarantee is for *replacing* one record (``n`` is
+public): a replacement changes at most one released row, so one step is the Gaussian mechanism with
+ℓ2 sensitivity Δ on the subsample, i.e. the subsampled Gaussian without replacement with
+:math:`\gamma = b/n` and multiplier σ. Its RDP is bounded by Theorem 9 / Theorem 27 of Wang,
+Balle, Kasiviswanathan 2019 ("Subsampled Rényi Differential Privacy and Analytical Moments
+Accountant", AISTATS), as dp-accounting's ``RdpAccountant`` evaluates it for a
+``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(σ))`` under
+``NeighboringRelation.REPLACE_ONE``, capped order by order at the plain Gaussian's
+:math:`\rho_\alpha = \alpha / (2\sigma^2)` (which it is for :math:`b = n`; subsampling never
+hurts, see :func:`swor_gaussian_rdp`). dp-accounting 0.6 has **no PLD** analysis of this
+event, so only ``"rdp"`` accepts it (:data:`SAMPLINGS`; :func:`swor_gaussian_epsilon`,
+:func:`swor_min_noise_multiplier`). An accountant records one scheme for its whole history
+(its ``sampling`` attribute, saved in :meth:`PrivacyAccountant.state_dict`): the two adjacency
+relations differ, so their runs are never composed together.
+
 Layout
 ------
 Pure functions (:func:`sgm_rdp`, :func:`rdp_to_epsilon`, :func:`sgm_pld`, :func:`pld_to_epsilon`,
@@ -82,7 +102,18 @@ MECHANISM = "poisson_subsampled_gaussian"
 """Name of the mechanism every accountant here composes."""
 
 ADJACENCY = "add_or_remove_one"
-"""The neighbouring relation of every guarantee computed here."""
+"""The neighbouring relation of every Poisson-sampling guarantee computed here."""
+
+POISSON = "poisson"
+WITHOUT_REPLACEMENT = "without_replacement"
+SAMPLINGS: dict[str, tuple[str, str]] = {
+    POISSON: (MECHANISM, ADJACENCY),
+    WITHOUT_REPLACEMENT: ("fixed_size_subsampled_gaussian_without_replacement", "replace_one"),
+}
+"""Sampling scheme -> (mechanism name, adjacency) of the guarantee (module docstring)."""
+
+SWOR_ACCOUNTANTS: tuple[str, ...] = ("rdp",)
+"""Accountants with an analysis of sampling without replacement (no PLD in dp-accounting 0.6)."""
 
 DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
     [1.0 + x / 10.0 for x in range(1, 100)]  # 1.1, 1.2, ..., 10.9: large ε / small σ
@@ -434,14 +465,149 @@ def sgm_min_noise_multiplier(
     return high
 
 
+def check_sampling(sampling: str) -> str:
+    """``sampling`` must be a key of :data:`SAMPLINGS`."""
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
+    return sampling
+
+
+def swor_sample_rate(dataset_size: int, batch_size: int) -> float:
+    """``b / n`` after checking ``1 <= batch_size <= dataset_size``."""
+    n = check_positive_int("dataset_size", dataset_size)
+    b = check_positive_int("batch_size", batch_size)
+    if b > n:
+        raise ValueError(f"batch_size must be in [1, dataset_size={n}], got {b!r}")
+    return b / n
+
+
+def swor_gaussian_rdp(
+    noise_multiplier: float, sample_rate: float, orders: Sequence[float] = DEFAULT_RDP_ORDERS
+) -> np.ndarray:
+    r"""RDP curve of ONE step of the Gaussian on a fixed-size subsample without replacement.
+
+    Replace-one adjacency, sampling ratio :math:`\gamma = b/n` (``sample_rate``), multiplier σ:
+    the bound of Wang, Balle, Kasiviswanathan 2019 (Thm. 9 with the Gaussian's RDP
+    :math:`\alpha/(2\sigma^2)`), evaluated by dp-accounting's
+    ``_compute_rdp_sample_wor_gaussian``, the function its ``RdpAccountant`` calls for a
+    ``SampledWithoutReplacementDpEvent`` (which only uses ``b/n``); a private name, so the tests
+    pin it against the public ``RdpAccountant``.
+
+    The result is capped, order by order, at the RDP of the Gaussian without subsampling,
+    :math:`\alpha / (2\sigma^2)`: for γ close to 1 the bound of Wang et al. is loose and exceeds
+    it (e.g. 332 vs 124 at σ = 1.2, T = 200, γ = 0.999, δ = 1e-5), while subsampling never
+    increases the Rényi divergence (couple the two subsamples so they differ in at most one
+    record; Rényi divergence is jointly quasi-convex, van Erven & Harremoës 2014, Thm. 13). Both
+    are valid upper bounds, so is their minimum. For :math:`\gamma = 1` it equals
+    :math:`\alpha / (2\sigma^2)`.
+    """
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    q = check_probability("sample_rate", sample_rate)
+    orders = _check_orders(orders)
+    rdp = np.asarray(
+        _dpa_rdp_module._compute_rdp_sample_wor_gaussian(q, sigma, orders), dtype=np.float64
+    )
+    return np.minimum(rdp, np.asarray(orders) / (2.0 * sigma**2))
+
+
+def swor_gaussian_epsilon(
+    noise_multiplier: float,
+    dataset_size: int,
+    batch_size: int,
+    steps: int,
+    delta: float,
+    accountant: str = "rdp",
+) -> float:
+    """ε at ``delta`` (replace-one) after ``steps`` Gaussian releases with multiplier σ of
+    fixed-size batches of ``batch_size`` records drawn without replacement from
+    ``dataset_size`` (module docstring): ``steps`` times the curve of :func:`swor_gaussian_rdp`
+    (dp-accounting's replace-one bound, capped at the unsubsampled Gaussian), converted by
+    :func:`rdp_to_epsilon` over :data:`DEFAULT_RDP_ORDERS`; ``accountant`` must be ``"rdp"``
+    (dp-accounting has no PLD for it)."""
+    sigma = check_positive("noise_multiplier", noise_multiplier)
+    n = check_positive_int("dataset_size", dataset_size)
+    b = check_positive_int("batch_size", batch_size)
+    swor_sample_rate(n, b)
+    steps = check_nonnegative_int("steps", steps)
+    delta = check_delta(delta)
+    _check_swor_accountant(accountant)
+    if steps == 0:
+        return 0.0
+    return rdp_to_epsilon(steps * swor_gaussian_rdp(sigma, b / n), delta)
+
+
+def _check_swor_accountant(accountant: str) -> str:
+    if _check_accountant(accountant) not in SWOR_ACCOUNTANTS:
+        raise ValueError(
+            f"accountant must be one of {list(SWOR_ACCOUNTANTS)} for sampling "
+            f"{WITHOUT_REPLACEMENT!r} (dp-accounting has no PLD analysis of it), got {accountant!r}"
+        )
+    return accountant
+
+
+def swor_min_noise_multiplier(
+    dataset_size: int,
+    batch_size: int,
+    steps: int,
+    target_epsilon: float,
+    delta: float,
+    accountant: str = "rdp",
+    tolerance: float = 1e-3,
+    max_noise_multiplier: float = 1e4,
+) -> float:
+    """Smallest σ (within ``tolerance``, from above) with
+    ``swor_gaussian_epsilon(σ, n, b, steps, delta) <= target_epsilon``.
+
+    Galloping from σ = 1 (ratio 2) then bisection, as :func:`sgm_min_noise_multiplier`.
+
+    Raises:
+        ValueError: if even ``max_noise_multiplier`` does not reach the target.
+    """
+    q = swor_sample_rate(dataset_size, batch_size)
+    steps = check_positive_int("steps", steps)
+    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+    delta = check_delta(delta)
+    _check_swor_accountant(accountant)
+    tolerance = check_positive("tolerance", tolerance)
+    max_noise_multiplier = check_positive("max_noise_multiplier", max_noise_multiplier)
+
+    def fits(sigma: float) -> bool:
+        return rdp_to_epsilon(steps * swor_gaussian_rdp(sigma, q), delta) <= target_epsilon
+
+    low, high = 0.0, 1.0
+    if fits(high):
+        while fits(high / 2.0) and high / 2.0 > tolerance:
+            high /= 2.0
+        low = high / 2.0
+    else:
+        while not fits(high):
+            if high >= max_noise_multiplier:
+                raise ValueError(
+                    f"target_epsilon={target_epsilon!r} is not reached at delta={delta!r} with "
+                    f"batch_size={batch_size!r} of dataset_size={dataset_size!r} and "
+                    f"steps={steps!r} even with noise_multiplier={max_noise_multiplier!r}; lower "
+                    "the batch size or the number of steps"
+                )
+            low, high = high, min(2.0 * high, max_noise_multiplier)
+    while high - low > tolerance:  # invariant: fits(high), not fits(low) (or low = 0)
+        mid = 0.5 * (low + high)
+        if fits(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 # --------------------------------------------------------------------------------------------
 # Stateful accountants: the bookkeeping
 # --------------------------------------------------------------------------------------------
 
 
 class PrivacyAccountant(ABC):
-    """Records the SGM steps a training run released and reports their ε.
+    """Records the subsampled-Gaussian steps a training run released and reports their ε.
 
+    ``sampling`` (``"poisson"``, add/remove-one, or ``"without_replacement"``, fixed-size
+    batches under replace-one with ``sample_rate = b/n``) is one scheme for the whole history.
     The history is a list of runs ``(noise_multiplier, sample_rate, num_steps)`` of identical
     steps (so 100,000 identical steps cost one entry). Subclasses only say how ε is computed
     from a history; everything else (validation, the history, checkpoint state, "what if"
@@ -450,12 +616,55 @@ class PrivacyAccountant(ABC):
 
     name: ClassVar[str]
     """Accountant name, a key of :func:`make_accountant`."""
-    mechanism: ClassVar[str] = MECHANISM
-    adjacency: ClassVar[str] = ADJACENCY
+    samplings: ClassVar[tuple[str, ...]] = tuple(SAMPLINGS)
+    """Sampling schemes this accountant can analyse."""
     _STATE_VERSION: ClassVar[int] = 1
 
-    def __init__(self) -> None:
+    def __init__(self, sampling: str = POISSON) -> None:
         self._history: list[Run] = []
+        self._sampling = POISSON
+        self.sampling = sampling
+
+    # -- sampling scheme ------------------------------------------------------------------------
+
+    @property
+    def sampling(self) -> str:
+        """Sampling scheme of every recorded step: ``"poisson"`` (add/remove-one) or
+        ``"without_replacement"`` (fixed size, replace-one; the run's ``sample_rate`` is b/n)."""
+        return self._sampling
+
+    @sampling.setter
+    def sampling(self, sampling: str) -> None:
+        check_sampling(sampling)
+        if sampling not in self.samplings:
+            raise ValueError(
+                f"sampling={sampling!r} is not supported by the {self.name!r} accountant "
+                f"(accepted: {list(self.samplings)})"
+            )
+        if self._history and sampling != self._sampling:
+            raise ValueError(
+                f"sampling={sampling!r} differs from the {self._sampling!r} of the "
+                f"{self.steps} recorded steps: the two schemes use different adjacency relations "
+                "and cannot be composed into one guarantee"
+            )
+        if sampling != self._sampling:
+            self._sampling = sampling
+            self._sampling_changed()
+
+    def _sampling_changed(self) -> None:
+        """Drop caches that depend on the sampling scheme (subclasses)."""
+        return None
+
+    @property
+    def mechanism(self) -> str:
+        """Name of the composed mechanism (depends on :attr:`sampling`)."""
+        return SAMPLINGS[self._sampling][0]
+
+    @property
+    def adjacency(self) -> str:
+        """Neighbouring relation of the guarantee: ``"add_or_remove_one"`` for Poisson sampling,
+        ``"replace_one"`` for sampling without replacement."""
+        return SAMPLINGS[self._sampling][1]
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -518,6 +727,7 @@ class PrivacyAccountant(ABC):
             "accountant": self.name,
             "mechanism": self.mechanism,
             "adjacency": self.adjacency,
+            "sampling": self.sampling,
             "history": [[sigma, q, count] for sigma, q, count in self._history],
         }
 
@@ -527,25 +737,40 @@ class PrivacyAccountant(ABC):
         The history describes what was released, not how it is accounted, so a state written by
         one accountant may be loaded into another (e.g. switch RDP to PLD on resume).
         """
-        if state_dict.get("mechanism", MECHANISM) != MECHANISM:
+        sampling = check_sampling(state_dict.get("sampling", POISSON))  # v1 states: Poisson
+        mechanism, adjacency = SAMPLINGS[sampling]
+        if state_dict.get("mechanism", mechanism) != mechanism:
             raise ValueError(
                 f"state_dict describes mechanism {state_dict.get('mechanism')!r}, "
-                f"this accountant composes {MECHANISM!r}"
+                f"sampling {sampling!r} composes {mechanism!r}"
             )
-        if state_dict.get("adjacency", ADJACENCY) != ADJACENCY:
+        if state_dict.get("adjacency", adjacency) != adjacency:
             raise ValueError(
-                f"state_dict uses adjacency {state_dict.get('adjacency')!r}, expected {ADJACENCY!r}"
+                f"state_dict uses adjacency {state_dict.get('adjacency')!r}, expected "
+                f"{adjacency!r} for sampling {sampling!r}"
             )
         if "history" not in state_dict:
             raise ValueError("state_dict has no 'history' entry")
-        self._history = compress_history(state_dict["history"])
+        history = compress_history(state_dict["history"])
+        previous = self._history
+        self._history = []
+        try:
+            self.sampling = sampling
+        except ValueError:
+            self._history = previous
+            raise
+        self._history = history
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(steps={self.steps}, history={self._history!r})"
+        return (
+            f"{type(self).__name__}(sampling={self._sampling!r}, steps={self.steps}, "
+            f"history={self._history!r})"
+        )
 
 
 class RDPAccountant(PrivacyAccountant):
-    """Rényi-DP accountant (dp-accounting's RDP analysis of the SGM; module docstring).
+    """Rényi-DP accountant (dp-accounting's RDP analysis of the SGM, or of the subsampled
+    Gaussian without replacement when ``sampling="without_replacement"``; module docstring).
 
     The one-step RDP curve of each distinct (σ, q) is computed once and cached on the instance,
     so ε after any number of steps costs one conversion (~0.2 ms), cheap enough to log every
@@ -554,14 +779,20 @@ class RDPAccountant(PrivacyAccountant):
 
     name = "rdp"
 
-    def __init__(self, orders: Sequence[float] = DEFAULT_RDP_ORDERS) -> None:
-        super().__init__()
+    def __init__(
+        self, orders: Sequence[float] = DEFAULT_RDP_ORDERS, sampling: str = POISSON
+    ) -> None:
         self.orders = _check_orders(orders)
         self._curves: dict[tuple[float, float], np.ndarray] = {}
+        super().__init__(sampling)
+
+    def _sampling_changed(self) -> None:
+        self._curves.clear()
 
     def _curve(self, sigma: float, q: float) -> np.ndarray:
         if (sigma, q) not in self._curves:
-            self._curves[(sigma, q)] = sgm_rdp(sigma, q, self.orders)
+            curve = swor_gaussian_rdp if self.sampling == WITHOUT_REPLACEMENT else sgm_rdp
+            self._curves[(sigma, q)] = curve(sigma, q, self.orders)
         return self._curves[(sigma, q)]
 
     def _epsilon_of_history(self, runs: Sequence[Run], delta: float) -> float:
@@ -584,10 +815,14 @@ class PLDAccountant(PrivacyAccountant):
     name = "pld"
     _CACHE_SIZE: ClassVar[int] = 64
 
+    samplings = (POISSON,)  # dp-accounting 0.6 has no PLD for sampling without replacement
+
     def __init__(
-        self, value_discretization_interval: float = DEFAULT_PLD_VALUE_DISCRETIZATION
+        self,
+        value_discretization_interval: float = DEFAULT_PLD_VALUE_DISCRETIZATION,
+        sampling: str = POISSON,
     ) -> None:
-        super().__init__()
+        super().__init__(sampling)
         self.value_discretization_interval = check_positive(
             "value_discretization_interval", value_discretization_interval
         )

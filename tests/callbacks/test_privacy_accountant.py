@@ -19,7 +19,12 @@ from lightning_dpot.callbacks.privacy_accountant import (
     PrivacyBudgetExceededError,
 )
 from lightning_dpot.data.poisson import poisson_dataloader
-from lightning_dpot.privacy.accountants import sgm_epsilon, sgm_max_steps
+from lightning_dpot.privacy.accountants import (
+    largest_count_within,
+    sgm_epsilon,
+    sgm_max_steps,
+    swor_gaussian_epsilon,
+)
 
 SIGMA, Q, DELTA, TARGET = 2.0, 0.1, 1e-5, 1.5  # 10 Poisson steps per epoch over 100 records
 
@@ -248,3 +253,63 @@ def test_bad_callback_arguments_are_refused(kwargs, match):
     arguments.update(kwargs)
     with pytest.raises(ValueError, match=match):
         PrivacyAccountantCallback(**arguments)
+
+
+# -- fixed-size sampling without replacement (replace-one) -------------------------------------
+
+N_SWOR, B_SWOR = 100, 10
+
+
+class SworToyModule(ToyDPModule):
+    """Declares fixed-size batches of B_SWOR of N_SWOR records drawn without replacement."""
+
+    def __init__(self, sample_rate: float = B_SWOR / N_SWOR, **kwargs) -> None:
+        super().__init__(sample_rate=sample_rate, **kwargs)
+
+    def dp_step(self) -> dict | None:
+        release = super().dp_step()
+        release.update(sampling="without_replacement", dataset_size=N_SWOR, batch_size=B_SWOR)
+        return release
+
+    def train_dataloader(self):
+        data = TensorDataset(torch.arange(self.num_records).float().unsqueeze(1))
+        return torch.utils.data.DataLoader(data, batch_size=B_SWOR, shuffle=True)
+
+
+def test_without_replacement_run_stops_at_the_replace_one_budget_and_resumes(tmp_path):
+    callback = PrivacyAccountantCallback(TARGET, DELTA, also_report=("pld",))
+    module = SworToyModule()
+    trainer = make_trainer(tmp_path, [callback])
+    trainer.fit(module)
+    expected = largest_count_within(
+        lambda k: swor_gaussian_epsilon(SIGMA, N_SWOR, B_SWOR, k, DELTA), TARGET
+    )
+    assert callback.accountant.steps == len(module.seen) == expected > 0
+    assert callback.epsilon() == pytest.approx(
+        swor_gaussian_epsilon(SIGMA, N_SWOR, B_SWOR, expected, DELTA), rel=1e-9
+    )
+    report = callback.report()
+    assert report["sampling"] == "without_replacement" and report["adjacency"] == "replace_one"
+    assert report["dataset_size"] == N_SWOR and report["batch_size"] == B_SWOR
+    assert report["epsilon_pld"] is None
+    state = json.loads(json.dumps(callback.state_dict()))
+    assert state["accountant"]["sampling"] == "without_replacement"
+    # a restored replace-one history cannot be continued by a Poisson (add/remove) module
+    other = PrivacyAccountantCallback(2 * TARGET, DELTA)
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="cannot be composed"):
+        make_trainer(tmp_path / "poisson", [other]).fit(ToyDPModule())
+
+
+@pytest.mark.parametrize(
+    ("module", "kwargs", "match"),
+    [
+        (SworToyModule(), {"accountant": "pld"}, "not supported by the 'pld' accountant"),
+        (SworToyModule(sample_rate=0.2), {}, r"must equal batch_size/dataset_size"),
+    ],
+)
+def test_unaccountable_without_replacement_setups_are_refused(tmp_path, module, kwargs, match):
+    callback = PrivacyAccountantCallback(TARGET, DELTA, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        make_trainer(tmp_path, [callback]).fit(module)
+    assert module.seen == []

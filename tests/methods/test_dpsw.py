@@ -20,7 +20,7 @@ from lightning_dpot.cli import main
 from lightning_dpot.data import GaussianMixture2D, PrivateLatentDataModule
 from lightning_dpot.data.split import SplitMismatchError
 from lightning_dpot.methods import DPSWFlow, DPSWFlowR
-from lightning_dpot.privacy.accountants import sgm_epsilon
+from lightning_dpot.privacy.accountants import swor_gaussian_epsilon
 from lightning_dpot.privacy.gaussian import gaussian_epsilon
 from lightning_dpot.privacy.sliced_sensitivity import sliced_sensitivity
 
@@ -29,10 +29,13 @@ CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
-def _toy(sample_rate: float | None = None, n: int = 300) -> PrivateLatentDataModule:
+def _toy(
+    batch_size: int | None = None, n: int = 300, sample_rate: float | None = None
+) -> PrivateLatentDataModule:
     return PrivateLatentDataModule(
         GaussianMixture2D(n=n, n_test=50),
         normalize="ball",
+        batch_size=batch_size,
         sample_rate=sample_rate,
         steps_per_epoch=10,
     )
@@ -88,39 +91,83 @@ def test_dpswflow_generates_more_samples_for_free(tmp_path, release_spy):
     assert samples.shape == (100, 2) and len(release_spy) == 1
 
 
-def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy):
-    sigma, steps = 6.0, 12
+def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy, monkeypatch):
+    sigma, steps, n, b = 6.0, 12, 300, 60
     model = DPSWFlowR(num_particles=64, num_directions=16, noise_sigma=sigma)
-    callback = PrivacyAccountantCallback(target_epsilon=1e4, delta=1e-5, also_report=())
-    dm = _toy(sample_rate=0.2)
+    callback = PrivacyAccountantCallback(target_epsilon=1e4, delta=1e-5, also_report=("pld",))
+    dm = _toy(batch_size=b, n=n)
+    drawn: list[torch.Tensor] = []
+    real_draw = PrivateLatentDataModule.without_replacement_indices
+
+    def spy_draw(self, step):
+        indices = real_draw(self, step)
+        drawn.append(indices.clone())
+        return indices
+
+    monkeypatch.setattr(PrivateLatentDataModule, "without_replacement_indices", spy_draw)
     _trainer(tmp_path, steps, [callback]).fit(model, dm)
-    # One release per step, each with the σ and a fresh Θ; what the accountant is told matches.
-    assert model.mechanism_calls == steps == len(release_spy)
+    # One release per step, each with the σ, a fresh Θ and exactly b rows; what the accountant
+    # is told (dp_step) matches what the module did.
+    assert model.mechanism_calls == steps == len(release_spy) == len(drawn)
     assert len({tuple(c[1].flatten().tolist()) for c in release_spy}) == steps
-    sens = sliced_sensitivity(16, 2, model.delta_s, model.w_bound)
     told = model.dp_step()
+    assert told["sampling"] == "without_replacement"
+    assert told["dataset_size"] == n == dm.num_private and told["batch_size"] == b
+    assert told["sample_rate"] == pytest.approx(b / n)
+    assert all(c[2] == told["batch_size"] for c in release_spy)  # rows released == reported b
+    for indices in drawn:  # without replacement, within range(n)
+        assert indices.numel() == b and len(set(indices.tolist())) == b
+        assert 0 <= int(indices.min()) and int(indices.max()) < n
+    assert len({tuple(sorted(i.tolist())) for i in drawn}) == steps  # fresh subset every step
+    # the draw is a function of (seed, step) only: identical on every rank and after resume
+    torch.testing.assert_close(real_draw(dm, 3), real_draw(dm, 3), rtol=0, atol=0)
+    sens = sliced_sensitivity(16, 2, model.delta_s, model.w_bound)
     assert all(c[0] == sigma for c in release_spy)
     assert told["noise_multiplier"] == pytest.approx(release_spy[0][0] / sens)
-    assert told["sample_rate"] == dm.train_dataloader().batch_sampler.sample_rate == 0.2
-    expected = sgm_epsilon(sigma / sens, 0.2, steps, 1e-5, "rdp")
+    expected = swor_gaussian_epsilon(sigma / sens, n, b, steps, 1e-5)
     assert callback.epsilon() == pytest.approx(expected, rel=1e-6)
-    assert sgm_epsilon(sigma / sens, 0.2, steps // 2, 1e-5) < expected
+    assert swor_gaussian_epsilon(sigma / sens, n, b, steps // 2, 1e-5) < expected
+    privacy = callback.report()
+    assert privacy["sampling"] == "without_replacement" and privacy["adjacency"] == "replace_one"
+    assert privacy["batch_size"] == b and privacy["dataset_size"] == n
+    assert privacy["epsilon_pld"] is None  # no PLD analysis of sampling without replacement
     report = model.privacy_report()
     assert report["epsilon_rdp"] == pytest.approx(expected, rel=1e-6)
+    assert report["adjacency"] == "replace_one" and report["batch_size"] == b
     assert report["delta"] == pytest.approx(1e-5 + steps * model.delta_s)
+
+
+def test_dpswflowr_noise_added_matches_reported_multiplier(tmp_path):
+    """The empirical std of the released rows' noise equals σ = multiplier·Δ."""
+    sigma = 3.0
+    model = DPSWFlowR(num_particles=16, num_directions=200, noise_sigma=sigma)
+    _trainer(tmp_path, 1).fit(model, _toy(batch_size=300))
+    batch = model.step_batch(0, torch.device("cpu"))
+    theta = dpsw.random_directions(200, 2, dpsw.seeded_generator(0, dpsw._STREAM_DIRECTIONS, 0))
+    g = dpsw.seeded_generator(0, dpsw._STREAM_RELEASE, 0, 0)
+    noise = model.release(batch, theta, model.noise_sigma, g) - batch @ theta.T
+    told = model.dp_step()
+    sens = model.sensitivity(2)
+    assert float(noise.std()) == pytest.approx(told["noise_multiplier"] * sens, rel=0.02)
+
+
+def test_dpswflowr_refuses_poisson_sampling(tmp_path):
+    model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        _trainer(tmp_path, 1).fit(model, _toy(sample_rate=0.2))
 
 
 def test_dpswflowr_target_epsilon_calibrates_sigma_within_budget(tmp_path):
     model = DPSWFlowR(num_particles=32, num_directions=16, target_epsilon=3.0)
     callback = PrivacyAccountantCallback(target_epsilon=3.0, delta=1e-5, also_report=())
-    _trainer(tmp_path, 8, [callback]).fit(model, _toy(sample_rate=0.1))
+    _trainer(tmp_path, 8, [callback]).fit(model, _toy(batch_size=30))
     assert model.trainer.global_step == 8
     assert 2.5 < callback.epsilon() <= 3.0
 
 
 def test_dpswflowr_refuses_more_samples_than_particles(tmp_path):
     model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
-    _trainer(tmp_path, 2).fit(model, _toy(sample_rate=0.2))
+    _trainer(tmp_path, 2).fit(model, _toy(batch_size=60))
     assert model.sample(16).shape == (16, 2)
     with pytest.raises(ValueError, match="spends privacy budget"):
         model.sample(17)
@@ -133,7 +180,7 @@ def test_resumed_flow_continues_from_saved_particles(tmp_path, cls, release_spy)
             return DPSWFlow(num_particles=48, num_directions=12, directions_per_step=6,
                             noise_sigma=0.5, diffusion=1e-3), _toy()  # fmt: skip
         return DPSWFlowR(num_particles=48, num_directions=12, noise_sigma=0.5,
-                         diffusion=1e-3), _toy(sample_rate=0.3)  # fmt: skip
+                         diffusion=1e-3), _toy(batch_size=90)  # fmt: skip
 
     # Uninterrupted run of 14 steps that also checkpoints at step 7 (mid-epoch).
     full, dm = make()

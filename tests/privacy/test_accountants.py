@@ -24,6 +24,9 @@ from lightning_dpot.privacy.accountants import (
     sgm_max_steps,
     sgm_min_noise_multiplier,
     sgm_rdp,
+    swor_gaussian_epsilon,
+    swor_gaussian_rdp,
+    swor_min_noise_multiplier,
 )
 
 MNIST_Q = 1 / 1200  # batch 50 of 60,000 (paper 002, App. D)
@@ -345,3 +348,97 @@ def test_account_sgm_refuses_an_incomplete_question():
         _account(
             ["--noise-multiplier", "1", "--sample-rate", "2", "--steps", "1"] + ["--delta", "1e-5"]
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Fixed-size sampling without replacement (replace-one; Wang, Balle, Kasiviswanathan 2019)
+# --------------------------------------------------------------------------------------------
+
+
+def independent_gaussian_epsilon(z: float, steps: int, delta: float) -> float:
+    """T steps of the plain Gaussian (multiplier z): ρ_α = T·α/(2z²), converted to ε at δ by
+    ε = min_α ρ_α + log(1-1/α) - (log δ + log α)/(α-1) (Canonne, Kamath, Steinke 2020, Prop. 12),
+    over the same orders. Written by hand, no dp-accounting."""
+    orders = np.asarray(DEFAULT_RDP_ORDERS)
+    rho = steps * orders / (2.0 * z**2)
+    eps = rho + np.log1p(-1.0 / orders) - (math.log(delta) + np.log(orders)) / (orders - 1.0)
+    return float(max(0.0, eps.min()))
+
+
+@pytest.mark.parametrize(
+    ("z", "steps", "delta"), [(1.0, 1, 1e-5), (2.5, 40, 1e-6), (8.0, 500, 1e-5)]
+)
+def test_swor_with_full_batch_is_the_plain_gaussian(z, steps, delta):
+    n = 137
+    assert swor_gaussian_epsilon(z, n, n, steps, delta) == pytest.approx(
+        independent_gaussian_epsilon(z, steps, delta), rel=1e-9
+    )
+    curve = swor_gaussian_rdp(z, 1.0)
+    np.testing.assert_allclose(curve, np.asarray(DEFAULT_RDP_ORDERS) / (2 * z**2), rtol=1e-9)
+
+
+def test_swor_epsilon_is_monotone_in_the_batch_fraction_and_the_steps():
+    n, z, steps, delta = 1000, 1.2, 200, 1e-5
+    sizes = (1, 10, 50, 250, 600, 999, 1000)
+    eps = [swor_gaussian_epsilon(z, n, b, steps, delta) for b in sizes]
+    assert all(a <= b for a, b in zip(eps, eps[1:], strict=False))
+    assert eps[0] < eps[1] < eps[2] < eps[3]
+    assert eps[-1] == pytest.approx(independent_gaussian_epsilon(z, steps, delta), rel=1e-9)
+    assert swor_gaussian_epsilon(z, n, 50, steps // 2, delta) < eps[2]
+    assert swor_gaussian_epsilon(z, n, 50, 0, delta) == 0.0
+    # replace-one subsampling never beats the add/remove Poisson figure at the same rate
+    assert eps[2] >= sgm_epsilon(z, 50 / n, steps, delta)
+
+
+def test_swor_min_noise_multiplier_is_the_smallest_within_tolerance():
+    n, b, steps, target, delta = 4000, 250, 560, 10.0, 1e-5
+    sigma = swor_min_noise_multiplier(n, b, steps, target, delta, tolerance=1e-3)
+    assert swor_gaussian_epsilon(sigma, n, b, steps, delta) <= target
+    assert swor_gaussian_epsilon(sigma - 1e-3, n, b, steps, delta) > target
+
+
+def test_swor_accountant_records_the_scheme_and_refuses_mixing_and_pld():
+    accountant = RDPAccountant(sampling="without_replacement")
+    assert accountant.adjacency == "replace_one"
+    accountant.step(1.5, 250 / 4000, 30)
+    assert accountant.get_epsilon(1e-5) == pytest.approx(
+        swor_gaussian_epsilon(1.5, 4000, 250, 30, 1e-5), rel=1e-9
+    )
+    state = json.loads(json.dumps(accountant.state_dict()))
+    assert state["sampling"] == "without_replacement" and state["adjacency"] == "replace_one"
+    resumed = RDPAccountant()
+    resumed.load_state_dict(state)
+    assert resumed.sampling == "without_replacement"
+    assert resumed.get_epsilon(1e-5) == accountant.get_epsilon(1e-5)
+    with pytest.raises(ValueError, match="cannot be composed"):
+        accountant.sampling = "poisson"
+    with pytest.raises(ValueError, match="not supported by the 'pld'"):
+        PLDAccountant(sampling="without_replacement")
+    with pytest.raises(ValueError, match="not supported by the 'pld'"):
+        PLDAccountant().load_state_dict(state)
+    with pytest.raises(ValueError, match="accountant must be one of"):
+        swor_gaussian_epsilon(1.5, 4000, 250, 30, 1e-5, accountant="pld")
+    with pytest.raises(ValueError, match="batch_size must be in"):
+        swor_gaussian_epsilon(1.5, 10, 11, 30, 1e-5)
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        RDPAccountant(sampling="shuffle")
+    legacy = {"history": [[1.5, MNIST_Q, 3]]}  # states written before sampling was recorded
+    old = RDPAccountant()
+    old.load_state_dict(legacy)
+    assert old.sampling == "poisson" and old.adjacency == "add_or_remove_one"
+
+
+def test_swor_curve_is_dp_accountings_replace_one_accountant_where_not_capped():
+    """Pins the private dp-accounting function against its public RdpAccountant path."""
+    import dp_accounting
+
+    n, b, z, steps, delta = 4000, 250, 1.3, 300, 1e-5
+    dpa = dp_accounting.rdp.RdpAccountant(
+        orders=list(DEFAULT_RDP_ORDERS),
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
+    )
+    event = dp_accounting.SampledWithoutReplacementDpEvent(n, b, dp_accounting.GaussianDpEvent(z))
+    dpa.compose(dp_accounting.SelfComposedDpEvent(event, steps))
+    assert swor_gaussian_epsilon(z, n, b, steps, delta) == pytest.approx(
+        dpa.get_epsilon(delta), rel=1e-9
+    )
