@@ -21,6 +21,8 @@ it treats N as public). Under DDP every rank Poisson-samples its own fixed shard
 
 from __future__ import annotations
 
+import secrets
+
 import lightning as L
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
@@ -48,7 +50,10 @@ class CentralDPDataModule(L.LightningDataModule):
         steps_per_epoch: training steps per epoch, fixed; default ``max(1, round(1/q))``.
         seed: seed of the Poisson inclusion masks (:mod:`lightning_dpot.data.poisson`). Like the
             noise, the masks must not be known to an adversary for the amplification by
-            subsampling to hold: keep it private for real deployments.
+            subsampling to hold, so ``None`` (default) draws a secret seed from the OS entropy
+            pool for every loader (each rank samples its own shard, so ranks need not agree; a
+            resumed run draws fresh, independent masks). An integer makes the masks
+            reproducible and public: tests and debugging only.
         num_workers: DataLoader workers.
     """
 
@@ -58,7 +63,7 @@ class CentralDPDataModule(L.LightningDataModule):
         sample_rate: float | None = None,
         expected_batch_size: float | None = None,
         steps_per_epoch: int | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         num_workers: int = 0,
     ) -> None:
         super().__init__()
@@ -81,7 +86,7 @@ class CentralDPDataModule(L.LightningDataModule):
             if steps_per_epoch is None
             else check_positive_int("steps_per_epoch", steps_per_epoch)
         )
-        self.seed = check_nonnegative_int("seed", seed)
+        self.seed = None if seed is None else check_nonnegative_int("seed", seed)
         self.num_workers = check_nonnegative_int("num_workers", num_workers)
         self.train_records: Tensor | None = None
         self.train_labels: Tensor | None = None
@@ -157,6 +162,6 @@ class CentralDPDataModule(L.LightningDataModule):
             TensorDataset(*tensors),
             self.sample_rate,
             num_steps=self.steps_per_epoch,
-            seed=self.seed,
+            seed=secrets.randbits(63) if self.seed is None else self.seed,
             num_workers=self.num_workers,
         )

@@ -16,14 +16,19 @@
   - ``batch_size=b``: fixed-size batches of exactly ``b`` of the ``n`` private records drawn
     uniformly **without replacement**, independently at every step (DPSWflow-r, DPSWgen). The
     draw of step ``k`` is :meth:`PrivateLatentDataModule.without_replacement_indices`, a
-    function of ``(seed, k)`` only (never of the data), so it is identical on every DDP rank and
-    after a resume. The module draws it itself at its ``global_step`` (the loader then only
-    yields step numbers); ``steps_per_epoch`` defaults to ``max(1, round(n/b))``. This is the
-    sampling of the replace-one accounting of
+    function of ``(seed, k)`` only (never of the data), so it is identical on every DDP rank.
+    The module draws it itself at its ``global_step`` (the loader then only yields step
+    numbers); ``steps_per_epoch`` defaults to ``max(1, round(n/b))``. This is the sampling of
+    the replace-one accounting of
     :func:`~lightning_dpot.privacy.accountants.swor_gaussian_epsilon` (Wang, Balle,
-    Kasiviswanathan 2019): a fixed batch size makes the number of released rows public. The
-    amplification by subsampling assumes the drawn subsets stay hidden: ``seed`` must be
-    treated as secret, like the modules' noise seeds (a known seed reveals the subsets).
+    Kasiviswanathan 2019): a fixed batch size makes the number of released rows public.
+
+  The amplification by subsampling assumes the drawn subsets stay hidden, so by default
+  (``seed=None``) the sampling seed is drawn from the OS entropy pool at :meth:`setup` (on rank 0
+  and broadcast, so every rank draws the same subsets) and never recorded; a resumed run draws a
+  fresh one, which keeps every step's subset uniform and independent of the others. An explicit
+  ``seed`` makes the subsets reproducible and public (reports say ``subset_seed_is_public``):
+  tests and debugging only.
 
   Without an autoencoder (``autoencoder=None``, the 2-D toy of paper 004 §5.4) the whole training
   set is private and the records themselves are released; they must lie in the unit ball (the
@@ -33,6 +38,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Literal
 
@@ -172,7 +178,8 @@ class PrivateLatentDataModule(L.LightningDataModule):
             with neither).
         normalize: ``"sphere"`` (``z/‖z‖``, latents) or ``"ball"`` (``z/max(1, ‖z‖)``, toy).
         encode_batch_size: batch size of the (no-grad) encoding pass.
-        seed: seed of the Poisson masks and of the without-replacement draws.
+        seed: seed of the Poisson masks and of the without-replacement draws; ``None``
+            (default) = secret, from the OS entropy pool (module docstring).
     """
 
     def __init__(
@@ -188,7 +195,7 @@ class PrivateLatentDataModule(L.LightningDataModule):
         steps_per_epoch: int | None = None,
         normalize: Normalization = "sphere",
         encode_batch_size: int = 500,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         if (autoencoder is None) != (autoencoder_checkpoint is None):
@@ -227,7 +234,8 @@ class PrivateLatentDataModule(L.LightningDataModule):
         )
         self.normalize = normalize
         self.encode_batch_size = check_positive_int("encode_batch_size", encode_batch_size)
-        self.seed = seed
+        self.seed = None if seed is None else check_nonnegative_int("seed", seed)
+        self._sampling_seed: int | None = self.seed
         self.split: PublicPrivateSplit | None = None
         self.latents: Tensor | None = None
         self.test_records: Tensor | None = None
@@ -260,7 +268,10 @@ class PrivateLatentDataModule(L.LightningDataModule):
                 f"{self.batch_size!r}"
             )
         step = check_nonnegative_int("step", step)
-        state = np.random.SeedSequence([int(self.seed), 0x5EED, step]).generate_state(2, np.uint32)
+        if self._sampling_seed is None:
+            raise RuntimeError("call setup() first: the secret sampling seed is drawn there")
+        key = [self._sampling_seed, 0x5EED, step]
+        state = np.random.SeedSequence(key).generate_state(2, np.uint32)
         g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
         return torch.randperm(n, generator=g)[: self.batch_size]
 
@@ -315,7 +326,16 @@ class PrivateLatentDataModule(L.LightningDataModule):
         return self.autoencoder.decode(z.to(device))
 
     # -- Lightning -------------------------------------------------------------------------------
+    def _draw_secret_sampling_seed(self) -> None:
+        """Secret sampling seed from the OS entropy pool, the same on every rank (rank 0's)."""
+        seed = [secrets.randbits(63)]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.broadcast_object_list(seed, src=0)
+        self._sampling_seed = int(seed[0])
+
     def setup(self, stage: str | None = None) -> None:
+        if self._sampling_seed is None:
+            self._draw_secret_sampling_seed()
         if self.latents is not None:
             return
         splits = self.source.load()
@@ -347,5 +367,5 @@ class PrivateLatentDataModule(L.LightningDataModule):
             TensorDataset(latents),
             self.sample_rate,
             num_steps=self.steps_per_epoch,
-            seed=self.seed,
+            seed=self._sampling_seed,
         )

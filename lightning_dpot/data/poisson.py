@@ -161,11 +161,11 @@ class PoissonBatchSampler(Sampler[list[int]]):
     # -- state ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Position plus the settings, for the reader (plain JSON types)."""
+        """Position plus the settings, for the reader (plain JSON types). The seed is left out:
+        checkpoints must not reveal the masks of a secret seed."""
         return {
             "epoch": self.epoch,
             "next_step": self._next_step,
-            "seed": self.seed,
             "sample_rate": self.sample_rate,
             "num_steps": self.num_steps,
             "num_samples": self.num_samples,

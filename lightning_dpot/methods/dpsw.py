@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,6 +95,7 @@ from lightning_dpot.privacy.validation import (
     check_delta,
     check_epsilon,
     check_nonnegative,
+    check_nonnegative_int,
     check_positive,
     check_positive_int,
 )
@@ -140,6 +142,7 @@ class _SlicedReleaseMixin:
     delta_s: float
     w_bound: WBound
     mechanism_calls: int
+    noise_seed: int | None
 
     def sensitivity(self, dim: int) -> float:
         """``Δ = 2·sqrt(w(N_θ, δ_s))`` for ``d = dim`` (:func:`sliced_sensitivity`)."""
@@ -153,6 +156,15 @@ class _SlicedReleaseMixin:
         self.mechanism_calls += 1
         return gaussian_sliced_release(records, theta, sigma, generator)
 
+    def release_generator(self, *key: int, device: torch.device | str = "cpu") -> torch.Generator:
+        """Generator of the release noise. ``noise_seed=None`` (default): seeded from the OS
+        entropy pool at every call and never recorded, so nobody can regenerate the noise.
+        An integer: seeded by ``(noise_seed, *key)``, reproducible, and anyone who knows it can
+        subtract the noise (tests and debugging only; reports say ``noise_seed_is_public``)."""
+        if self.noise_seed is None:
+            return torch.Generator(device=device).manual_seed(secrets.randbits(63))
+        return seeded_generator(self.noise_seed, _STREAM_RELEASE, *key, device=device)
+
 
 def _check_common(
     num_directions: int, delta: float, delta_s: float, w_bound: str, step_size: float
@@ -163,6 +175,10 @@ def _check_common(
     check_positive("step_size", step_size)
     if w_bound not in W_BOUNDS:
         raise ValueError(f"w_bound must be one of {W_BOUNDS}, got {w_bound!r}")
+
+
+def _check_noise_seed(noise_seed: int | None) -> int | None:
+    return None if noise_seed is None else check_nonnegative_int("noise_seed", noise_seed)
 
 
 class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
@@ -182,6 +198,7 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         init_std: float | None,
         evaluate_at: Literal["noisy", "projection"],
         seed: int,
+        noise_seed: int | None,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -205,7 +222,8 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         self.diffusion = check_nonnegative("diffusion", diffusion)
         self.init_std = None if init_std is None else check_positive("init_std", init_std)
         self.evaluate_at = evaluate_at
-        self.seed = int(seed)
+        self.seed = check_nonnegative_int("seed", seed)
+        self.noise_seed = _check_noise_seed(noise_seed)
         self.mechanism_calls = 0
         self.noise_sigma: float = 0.0 if noise_sigma is None else float(noise_sigma)
         self.dim: int | None = None
@@ -372,7 +390,11 @@ class DPSWFlow(_ParticleFlow):
         delta: δ of the Gaussian mechanism; delta_s: δ_s of the bound on w; w_bound: its form.
         step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
         evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
-        seed: seed of every random stream (Θ, release, subsets, flow noise, initial particles).
+        seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
+            particles): post-processing or data-independent, so it may be published.
+        noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
+            never recorded. An integer makes it reproducible, but anyone who knows it can
+            subtract the noise: tests and debugging only (:meth:`release_generator`).
     """
 
     def __init__(
@@ -390,10 +412,11 @@ class DPSWFlow(_ParticleFlow):
         init_std: float | None = None,
         evaluate_at: Literal["noisy", "projection"] = "noisy",
         seed: int = 0,
+        noise_seed: int | None = None,
     ) -> None:
         super().__init__(
             num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
-            step_size, diffusion, init_std, evaluate_at, seed,
+            step_size, diffusion, init_std, evaluate_at, seed, noise_seed,
         )  # fmt: skip
         self.save_hyperparameters()
         self.directions_per_step = check_positive_int("directions_per_step", directions_per_step)
@@ -425,9 +448,7 @@ class DPSWFlow(_ParticleFlow):
         )
         if self.trainer.is_global_zero:
             records = datamodule.private_records()
-            noisy = self.release(
-                records, theta, self.noise_sigma, seeded_generator(self.seed, _STREAM_RELEASE)
-            )
+            noisy = self.release(records, theta, self.noise_sigma, self.release_generator())
             release_sorted = torch.sort(noisy.transpose(0, 1), dim=1).values
         else:
             release_sorted = torch.zeros_like(self.release_sorted).cpu()
@@ -487,6 +508,7 @@ class DPSWFlow(_ParticleFlow):
             "w_bound": self.w_bound,
             "sensitivity_l2": self.sensitivity(dim) if dim else None,
             "calibration": "analytic (Balle & Wang 2018)",
+            "noise_seed_is_public": self.noise_seed is not None,
             "mechanism_calls": self.mechanism_calls,
             "epsilon": _json_number(self.epsilon()) if dim else None,
             "delta": sliced_release_delta(self.delta, self.delta_s, 1),
@@ -593,10 +615,14 @@ class _PerStepRelease(_SlicedReleaseMixin):
             int(self.dim),
             seeded_generator(self.seed, _STREAM_DIRECTIONS, step),
         ).to(batch.device)
-        g = seeded_generator(self.seed, _STREAM_RELEASE, step, rank, device=batch.device)
+        g = self.release_generator(step, rank, device=batch.device)
         noisy = self.release(batch, theta, self.noise_sigma, g)
         noisy = _all_gather_rows(noisy)
         return theta, torch.sort(noisy.transpose(0, 1), dim=1).values
+
+    def _subset_seed_is_public(self) -> bool | None:
+        source = self.__dict__.get("_batch_source")
+        return None if source is None else source.seed is not None
 
     def per_step_report(self, steps: int) -> dict[str, Any]:
         dim = int(self.dim or 0)
@@ -608,6 +634,8 @@ class _PerStepRelease(_SlicedReleaseMixin):
             "dataset_size": self.dataset_size,
             "batch_size": self.batch_size,
             "noise_sigma": self.noise_sigma,
+            "noise_seed_is_public": self.noise_seed is not None,
+            "subset_seed_is_public": self._subset_seed_is_public(),
             "num_directions": self.num_directions,
             "dim": dim,
             "w_bound": self.w_bound,
@@ -638,7 +666,7 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
 
     Step ``k``: ``Θ_k`` (``N_θ`` directions, generator seeded by ``(seed, k)``), release
     ``Ỹ_k = B_k Θ_kᵀ + Z_k`` of the batch ``B_k`` (``b`` of the ``n`` records, uniformly without
-    replacement, seeded by ``(seed, k)``), then
+    replacement by the datamodule, from its secret sampling seed), then
     ``X_{k+1} = X_k + h·v̂(X_k; Ỹ_k, Θ_k) + sqrt(2λh)·ξ`` (eqs. 18–21).
 
     Privacy (replace-one): ``T`` steps of the subsampled Gaussian without replacement, ratio
@@ -672,10 +700,11 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
         evaluate_at: Literal["noisy", "projection"] = "noisy",
         accountant: Literal["rdp", "pld"] = "rdp",
         seed: int = 0,
+        noise_seed: int | None = None,
     ) -> None:
         super().__init__(
             num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
-            step_size, diffusion, init_std, evaluate_at, seed,
+            step_size, diffusion, init_std, evaluate_at, seed, noise_seed,
         )  # fmt: skip
         self.save_hyperparameters()
         self.accountant = accountant
@@ -735,6 +764,7 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         lr: float = 1e-3,
         accountant: Literal["rdp", "pld"] = "rdp",
         seed: int = 0,
+        noise_seed: int | None = None,
     ) -> None:
         super().__init__()
         _check_common(num_directions, delta, delta_s, w_bound, 1.0)
@@ -756,7 +786,8 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         self.generated_batch_size = check_positive_int("generated_batch_size", generated_batch_size)
         self.lr = lr
         self.accountant = accountant
-        self.seed = int(seed)
+        self.seed = check_nonnegative_int("seed", seed)
+        self.noise_seed = _check_noise_seed(noise_seed)
         self.mechanism_calls = 0
         self.sample_rate: float | None = None
         self.batch_size: int | None = None

@@ -204,6 +204,23 @@ def test_nonprivate_mode_has_no_hook_and_no_dp_step(tmp_path: Path):
     assert "train/loss" in trainer.callback_metrics
 
 
+def test_poisson_masks_are_secret_by_default_and_reproducible_only_with_a_seed():
+    """Amplification by subsampling needs masks the adversary cannot regenerate: two loaders of
+    the default data module draw different masks, and checkpoints do not carry the seed."""
+
+    def masks(seed):
+        dm = CentralDPDataModule(TinyImages(200), sample_rate=0.2, steps_per_epoch=4, seed=seed)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
+        return [list(loader.batch_sampler.batch_indices(0, s)) for s in range(4)], loader
+
+    secret_a, loader = masks(None)
+    secret_b, _ = masks(None)
+    assert secret_a != secret_b
+    assert "seed" not in loader.state_dict()
+    assert masks(7)[0] == masks(7)[0]
+
+
 # -- accounting -----------------------------------------------------------------------------------
 
 SIGMA, Q, DELTA = 2.0, 0.05, 1e-5

@@ -30,7 +30,10 @@ FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
 def _toy(
-    batch_size: int | None = None, n: int = 300, sample_rate: float | None = None
+    batch_size: int | None = None,
+    n: int = 300,
+    sample_rate: float | None = None,
+    seed: int | None = None,
 ) -> PrivateLatentDataModule:
     return PrivateLatentDataModule(
         GaussianMixture2D(n=n, n_test=50),
@@ -38,6 +41,7 @@ def _toy(
         batch_size=batch_size,
         sample_rate=sample_rate,
         steps_per_epoch=10,
+        seed=seed,
     )
 
 
@@ -151,6 +155,44 @@ def test_dpswflowr_noise_added_matches_reported_multiplier(tmp_path):
     assert float(noise.std()) == pytest.approx(told["noise_multiplier"] * sens, rel=0.02)
 
 
+@pytest.mark.parametrize("cls", ["DPSWFlow", "DPSWFlowR"])
+def test_release_noise_and_subsets_are_secret_by_default(tmp_path, cls):
+    """Two runs of one config (same public ``seed``) release different noise and, for DPSWFlowR,
+    different subsets: neither can be regenerated from the config. Explicit seeds reproduce
+    both and the report says they are public."""
+
+    def run(noise_seed=None, data_seed=None):
+        if cls == "DPSWFlow":
+            model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4,
+                             noise_sigma=0.5, noise_seed=noise_seed)  # fmt: skip
+            dm = _toy(seed=data_seed)
+        else:
+            model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=0.5,
+                              noise_seed=noise_seed)  # fmt: skip
+            dm = _toy(batch_size=40, seed=data_seed)
+        _trainer(tmp_path, 3).fit(model, dm)
+        report = model.privacy_report()
+        if cls == "DPSWFlow":
+            return model.release_sorted.clone(), report, dm
+        return model.particles.clone(), report, dm
+
+    a, report_a, dm_a = run()
+    b, _, dm_b = run()
+    assert not torch.equal(a, b)
+    assert report_a["noise_seed_is_public"] is False
+    c, report_c, dm_c = run(noise_seed=5, data_seed=6)
+    d, _, dm_d = run(noise_seed=5, data_seed=6)
+    assert torch.equal(c, d)
+    assert report_c["noise_seed_is_public"] is True
+    if cls == "DPSWFlowR":
+        assert report_a["subset_seed_is_public"] is False
+        assert report_c["subset_seed_is_public"] is True
+        assert not torch.equal(
+            dm_a.without_replacement_indices(0), dm_b.without_replacement_indices(0)
+        )
+        assert torch.equal(dm_c.without_replacement_indices(0), dm_d.without_replacement_indices(0))
+
+
 def test_dpswflowr_refuses_poisson_sampling(tmp_path):
     model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
     with pytest.raises(ValueError, match="batch_size"):
@@ -175,12 +217,14 @@ def test_dpswflowr_refuses_more_samples_than_particles(tmp_path):
 
 @pytest.mark.parametrize("cls", ["DPSWFlow", "DPSWFlowR"])
 def test_resumed_flow_continues_from_saved_particles(tmp_path, cls, release_spy):
+    # Public noise and subset seeds (research mode): with the secret defaults a resumed DPSWFlowR
+    # draws fresh noise and subsets, so its particles could not be compared bit for bit.
     def make():
         if cls == "DPSWFlow":
             return DPSWFlow(num_particles=48, num_directions=12, directions_per_step=6,
-                            noise_sigma=0.5, diffusion=1e-3), _toy()  # fmt: skip
-        return DPSWFlowR(num_particles=48, num_directions=12, noise_sigma=0.5,
-                         diffusion=1e-3), _toy(batch_size=90)  # fmt: skip
+                            noise_sigma=0.5, diffusion=1e-3, noise_seed=3), _toy()  # fmt: skip
+        return DPSWFlowR(num_particles=48, num_directions=12, noise_sigma=0.5, diffusion=1e-3,
+                         noise_seed=3), _toy(batch_size=90, seed=4)  # fmt: skip
 
     # Uninterrupted run of 14 steps that also checkpoints at step 7 (mid-epoch).
     full, dm = make()
