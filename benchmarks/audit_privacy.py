@@ -64,7 +64,8 @@ def _sanitizer(sigma: float, delta: float, draws: int, seed: int) -> list:
 def _sliced(epsilon: float, delta: float, draws: int, seed: int) -> list:
     num_directions, dim, delta_s = 20, 4, 1e-8
     theta = random_directions(num_directions, dim, torch.Generator().manual_seed(seed + 1))
-    sigma = gaussian_sigma(epsilon, delta, sliced_sensitivity(num_directions, dim, delta_s))
+    sensitivity = sliced_sensitivity(num_directions, dim, delta_s, "chernoff")  # DPSW default
+    sigma = gaussian_sigma(epsilon, delta, sensitivity)
     realized = gaussian_epsilon(sigma, delta, 2 * float(torch.linalg.matrix_norm(theta, 2)))
     rows = []
     for label, noise in (("calibrated", sigma), ("noise halved", sigma / 2)):
