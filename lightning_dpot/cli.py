@@ -22,6 +22,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from lightning_dpot.callbacks import LDPPrivacyReport, RunReport
 from lightning_dpot.commands import account
+from lightning_dpot.plugins import AtomicCheckpointIO
 
 EXTRA_COMMANDS = {
     "privatize": "privatize a dataset once (local DP) and write the release file",
@@ -33,13 +34,17 @@ EXTRA_COMMANDS = {
 
 def run_lightning(args: Sequence[str]) -> LightningCLI:
     """LightningCLI over any module/datamodule; the LDP privacy report and the run report
-    (report.json) are attached to every run, after the config's own callbacks."""
+    (report.json) are attached to every run, after the config's own callbacks, and checkpoints
+    are written atomically (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`)."""
     return LightningCLI(
         L.LightningModule,
         L.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
+        trainer_defaults={
+            "callbacks": [LDPPrivacyReport(), RunReport()],
+            "plugins": [AtomicCheckpointIO()],
+        },
         save_config_kwargs={"overwrite": True},
         args=list(args),
     )
