@@ -70,7 +70,7 @@ class AutoencoderModule(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss = self.reconstruction_loss(batch[0])
-        self.log("train/reconstruction", loss, prog_bar=True)
+        self.log("train/reconstruction", loss, prog_bar=True, sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

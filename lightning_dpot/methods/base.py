@@ -104,7 +104,7 @@ class GeneratorModule(L.LightningModule):
         n = self.generated_batch_size or real.shape[0]
         fake = self.release_view(self(self.sample_latent(n)))
         loss = self.compute_loss(fake, real)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

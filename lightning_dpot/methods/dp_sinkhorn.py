@@ -291,7 +291,7 @@ class DPSinkhorn(GeneratorModule):
             return (fake * 0.0).sum()
         loss = self.loss_fn(fake, real.to(fake.dtype), n, labels, real_labels)
         if not self.private:
-            self.log("train/loss", loss, prog_bar=True, batch_size=n)
+            self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -429,6 +429,16 @@ class DPSWFlow(_ParticleFlow):
         self.register_buffer("theta", torch.empty(0))
         self.register_buffer("release_sorted", torch.empty(0))
 
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Size the placeholder buffers (empty until :meth:`calibrate`) to the saved release, so
+        that a state dict loads into a fresh module (checkpoints; ``ddp_spawn`` hands rank 0's
+        weights back to the main process this way)."""
+        for name in ("theta", "release_sorted"):
+            saved = state_dict.get(prefix + name)
+            if isinstance(saved, Tensor) and getattr(self, name).numel() == 0:
+                setattr(self, name, torch.empty_like(saved, device=getattr(self, name).device))
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
     def calibrate(self, datamodule: Any) -> None:
         n_private = datamodule.num_private
         self.theta = torch.zeros(self.num_directions, self.dim, device=self.device)
@@ -826,7 +836,7 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         loss = dp_sliced_wasserstein_loss(
             z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
         )
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
