@@ -31,6 +31,7 @@ from lightning_dpot.data.sources import DataSource
 from lightning_dpot.privacy.gaussian import GaussianCalibration
 from lightning_dpot.privacy.ldp import LocalRandomizer
 from lightning_dpot.privacy.mechanisms import MechanismName, make_mechanism
+from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom, permutation
 from lightning_dpot.privacy.transforms import RecordTransform, make_transform
 from lightning_dpot.privacy.validation import check_delta, check_positive_int
 
@@ -52,6 +53,9 @@ class PrivatizedDataModule(L.LightningDataModule):
         transform: ``identity`` or ``dct`` (orthonormal 2-D DCT, paper 001 §IV-E).
         dct_keep: side of the kept low-frequency DCT block.
         seed: noise seed; ``None`` draws a secret one (recommended, see module docstring).
+        secure_rng: draw the noise and the release order from the OS CSPRNG
+            (:class:`~lightning_dpot.privacy.secure_rng.OSRandom`, ``docs/secure_noise.md``)
+            instead of a secretly seeded ``torch.Generator``; excludes ``seed``.
         batch_size: training batch size (the full release when ``None``).
         cache_dir: where releases are cached.
         release_path: load this release (written by ``dpot privatize``) instead of privatizing.
@@ -79,6 +83,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         transform: str = "identity",
         dct_keep: int | None = None,
         seed: int | None = None,
+        secure_rng: bool = False,
         batch_size: int | None = 256,
         num_workers: int = 0,
         cache_dir: str = ".dpot_cache",
@@ -96,7 +101,13 @@ class PrivatizedDataModule(L.LightningDataModule):
         if batch_size is not None:
             check_positive_int("batch_size", batch_size)
         self.source = source
+        if secure_rng and seed is not None:
+            raise ValueError(
+                f"secure_rng=True draws from the OS CSPRNG, which has no seed: got seed={seed!r} "
+                "(give one or the other)"
+            )
         self.seed = seed
+        self.secure_rng = bool(secure_rng)
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.cache_dir = Path(cache_dir)
@@ -166,6 +177,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             "source": self.source.describe(),
             "randomizer": self.randomizer.describe(),
             "seed": self.seed,
+            "secure_rng": self.secure_rng,
         }
 
     def cache_path(self) -> Path:
@@ -174,12 +186,16 @@ class PrivatizedDataModule(L.LightningDataModule):
     def _privatize(self) -> Release:
         assert self.source is not None
         splits = self.source.load()
-        seed = self.seed if self.seed is not None else secrets.randbits(63)
-        generator = torch.Generator().manual_seed(seed)
+        generator: NoiseSource
+        if self.secure_rng:
+            generator = OSRandom()
+        else:
+            seed = self.seed if self.seed is not None else secrets.randbits(63)
+            generator = torch.Generator().manual_seed(seed)
         # The release is stored in a secret uniformly random order: the trainer receives
         # shuffled reports, which is what amplification by shuffling requires.
         data = self.randomizer(splits.train, generator)
-        data = data[torch.randperm(len(data), generator=generator)]
+        data = data[permutation(len(data), generator)]
         metadata = {
             **self._release_config(),
             "privacy": self.randomizer.describe(),
@@ -356,6 +372,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             **{k: v for k, v in self.randomizer.describe().items() if k not in mech.describe()},
             "n_released": None if self.release is None else len(self.release),
             "seed_is_public": None if self.metadata is None else self.metadata["seed_is_public"],
+            "secure_rng": None if self.metadata is None else self.metadata.get("secure_rng", False),
             **self._shuffling_report(),
             **self._post_processing_report(),
         }

@@ -85,6 +85,7 @@ class DPSinkhorn(GeneratorModule):
         sinkhorn_scaling: geomloss ε-scaling ratio (0.5 = geomloss' default, as in the paper).
         noise_seed: ``None`` = secret noise from OS entropy; an integer makes the noise
             reproducible and **voids the guarantee** for anyone who knows it (tests only).
+        secure_rng: noise from the OS CSPRNG instead (``docs/secure_noise.md``).
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class DPSinkhorn(GeneratorModule):
         betas: tuple[float, float] = (0.9, 0.999),
         sinkhorn_scaling: float = 0.5,
         noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
         super().__init__(generator, latent_range=latent_range, lr=lr)
         self.save_hyperparameters(ignore=["generator"])
@@ -113,7 +115,7 @@ class DPSinkhorn(GeneratorModule):
             else check_nonnegative("noise_multiplier", noise_multiplier)
         )
         self.private = sigma > 0
-        self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed)
+        self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed, secure_rng)
         debias_rows(1, debias_fraction)  # validates p
         self.debias_fraction = float(debias_fraction)
         self.l1_weight = check_nonnegative("l1_weight", l1_weight)

@@ -83,6 +83,7 @@ from lightning_dpot.privacy.accountants import (
     swor_min_noise_multiplier,
 )
 from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
+from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom
 from lightning_dpot.privacy.sliced_sensitivity import (
     W_BOUNDS,
     WBound,
@@ -143,24 +144,29 @@ class _SlicedReleaseMixin:
     w_bound: WBound
     mechanism_calls: int
     noise_seed: int | None
+    secure_rng: bool
 
     def sensitivity(self, dim: int) -> float:
         """``Δ = 2·sqrt(w(N_θ, δ_s))`` for ``d = dim`` (:func:`sliced_sensitivity`)."""
         return sliced_sensitivity(self.num_directions, dim, self.delta_s, self.w_bound)
 
     def release(
-        self, records: Tensor, theta: Tensor, sigma: float, generator: torch.Generator
+        self, records: Tensor, theta: Tensor, sigma: float, generator: NoiseSource
     ) -> Tensor:
         """The Gaussian mechanism ``records·Θᵀ + N(0, σ²)`` (eq. 23); counted in
         ``mechanism_calls`` so tests can pin how often private data is released."""
         self.mechanism_calls += 1
         return gaussian_sliced_release(records, theta, sigma, generator)
 
-    def release_generator(self, *key: int, device: torch.device | str = "cpu") -> torch.Generator:
-        """Generator of the release noise. ``noise_seed=None`` (default): seeded from the OS
-        entropy pool at every call and never recorded, so nobody can regenerate the noise.
-        An integer: seeded by ``(noise_seed, *key)``, reproducible, and anyone who knows it can
-        subtract the noise (tests and debugging only; reports say ``noise_seed_is_public``)."""
+    def release_generator(self, *key: int, device: torch.device | str = "cpu") -> NoiseSource:
+        """Source of the release noise. ``secure_rng``: the OS CSPRNG itself
+        (:class:`~lightning_dpot.privacy.secure_rng.OSRandom`). ``noise_seed=None`` (default): a
+        torch generator seeded from the OS entropy pool at every call and never recorded, so
+        nobody can regenerate the noise. An integer: seeded by ``(noise_seed, *key)``,
+        reproducible, and anyone who knows it can subtract the noise (tests and debugging only;
+        reports say ``noise_seed_is_public``)."""
+        if self.secure_rng:
+            return OSRandom()
         if self.noise_seed is None:
             return torch.Generator(device=device).manual_seed(secrets.randbits(63))
         return seeded_generator(self.noise_seed, _STREAM_RELEASE, *key, device=device)
@@ -177,8 +183,14 @@ def _check_common(
         raise ValueError(f"w_bound must be one of {W_BOUNDS}, got {w_bound!r}")
 
 
-def _check_noise_seed(noise_seed: int | None) -> int | None:
-    return None if noise_seed is None else check_nonnegative_int("noise_seed", noise_seed)
+def _check_noise_source(noise_seed: int | None, secure_rng: bool) -> tuple[int | None, bool]:
+    if secure_rng and noise_seed is not None:
+        raise ValueError(
+            "secure_rng=True draws from the OS CSPRNG, which has no seed: got "
+            f"noise_seed={noise_seed!r} (give one or the other)"
+        )
+    seed = None if noise_seed is None else check_nonnegative_int("noise_seed", noise_seed)
+    return seed, bool(secure_rng)
 
 
 class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
@@ -199,6 +211,7 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         evaluate_at: Literal["noisy", "projection"],
         seed: int,
         noise_seed: int | None,
+        secure_rng: bool,
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
@@ -223,7 +236,7 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         self.init_std = None if init_std is None else check_positive("init_std", init_std)
         self.evaluate_at = evaluate_at
         self.seed = check_nonnegative_int("seed", seed)
-        self.noise_seed = _check_noise_seed(noise_seed)
+        self.noise_seed, self.secure_rng = _check_noise_source(noise_seed, secure_rng)
         self.mechanism_calls = 0
         self.noise_sigma: float = 0.0 if noise_sigma is None else float(noise_sigma)
         self.dim: int | None = None
@@ -395,6 +408,7 @@ class DPSWFlow(_ParticleFlow):
         noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
             never recorded. An integer makes it reproducible, but anyone who knows it can
             subtract the noise: tests and debugging only (:meth:`release_generator`).
+        secure_rng: release noise from the OS CSPRNG instead (``docs/secure_noise.md``).
     """
 
     def __init__(
@@ -413,10 +427,11 @@ class DPSWFlow(_ParticleFlow):
         evaluate_at: Literal["noisy", "projection"] = "noisy",
         seed: int = 0,
         noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
         super().__init__(
             num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
-            step_size, diffusion, init_std, evaluate_at, seed, noise_seed,
+            step_size, diffusion, init_std, evaluate_at, seed, noise_seed, secure_rng,
         )  # fmt: skip
         self.save_hyperparameters()
         self.directions_per_step = check_positive_int("directions_per_step", directions_per_step)
@@ -519,6 +534,7 @@ class DPSWFlow(_ParticleFlow):
             "sensitivity_l2": self.sensitivity(dim) if dim else None,
             "calibration": "analytic (Balle & Wang 2018)",
             "noise_seed_is_public": self.noise_seed is not None,
+            "secure_rng": self.secure_rng,
             "mechanism_calls": self.mechanism_calls,
             "epsilon": _json_number(self.epsilon()) if dim else None,
             "delta": sliced_release_delta(self.delta, self.delta_s, 1),
@@ -645,6 +661,7 @@ class _PerStepRelease(_SlicedReleaseMixin):
             "batch_size": self.batch_size,
             "noise_sigma": self.noise_sigma,
             "noise_seed_is_public": self.noise_seed is not None,
+            "secure_rng": self.secure_rng,
             "subset_seed_is_public": self._subset_seed_is_public(),
             "num_directions": self.num_directions,
             "dim": dim,
@@ -711,10 +728,11 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
         accountant: Literal["rdp", "pld"] = "rdp",
         seed: int = 0,
         noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
         super().__init__(
             num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
-            step_size, diffusion, init_std, evaluate_at, seed, noise_seed,
+            step_size, diffusion, init_std, evaluate_at, seed, noise_seed, secure_rng,
         )  # fmt: skip
         self.save_hyperparameters()
         self.accountant = accountant
@@ -775,6 +793,7 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         accountant: Literal["rdp", "pld"] = "rdp",
         seed: int = 0,
         noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
         super().__init__()
         _check_common(num_directions, delta, delta_s, w_bound, 1.0)
@@ -797,7 +816,7 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         self.lr = lr
         self.accountant = accountant
         self.seed = check_nonnegative_int("seed", seed)
-        self.noise_seed = _check_noise_seed(noise_seed)
+        self.noise_seed, self.secure_rng = _check_noise_source(noise_seed, secure_rng)
         self.mechanism_calls = 0
         self.sample_rate: float | None = None
         self.batch_size: int | None = None

@@ -32,6 +32,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lightning_dpot.privacy.secure_rng import NoiseSource, standard_normal
 from lightning_dpot.privacy.validation import (
     check_nonnegative,
     check_positive,
@@ -114,15 +115,15 @@ def project(x: Tensor, theta: Tensor) -> Tensor:
     return x @ theta.transpose(0, 1)
 
 
-def _standard_normal_like(t: Tensor, generator: torch.Generator | None) -> Tensor:
-    return torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+def _standard_normal_like(t: Tensor, generator: NoiseSource | None) -> Tensor:
+    return standard_normal(tuple(t.shape), generator, device=t.device, dtype=t.dtype)
 
 
 def noisy_projections(
     x: Tensor,
     theta: Tensor,
     noise_sigma: float,
-    generator: torch.Generator | None = None,
+    generator: NoiseSource | None = None,
 ) -> Tensor:
     """Gaussian-smoothed projections ``x θᵀ + σ Z`` with ``Z`` i.i.d. N(0, 1) (eq. 23's form).
 

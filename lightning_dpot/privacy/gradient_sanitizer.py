@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom, standard_normal
 from lightning_dpot.privacy.validation import check_nonnegative, check_positive
 
 __all__ = ["GradientSanitizer", "clip_frobenius"]
@@ -60,6 +61,9 @@ class GradientSanitizer:
             (non-private reference; clipping still applies).
         noise_seed: ``None`` (default): secret noise from OS entropy. An integer: reproducible
             noise, **no privacy** against anyone who knows it (module docstring).
+        secure_rng: draw the noise from the OS CSPRNG (:class:`~lightning_dpot.privacy.
+            secure_rng.OSRandom`, on the CPU, then copied to the gradient's device) instead of
+            a secretly seeded ``torch.Generator``; excludes ``noise_seed``.
 
     After each call, ``last`` holds detached tensors of the step: ``clipped_cross`` (before
     noise), ``released`` (the returned gradient, flattened) and ``num_cross``; used by tests and
@@ -67,11 +71,21 @@ class GradientSanitizer:
     """
 
     def __init__(
-        self, clip_norm: float, noise_multiplier: float, noise_seed: int | None = None
+        self,
+        clip_norm: float,
+        noise_multiplier: float,
+        noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
         self.clip_norm = check_positive("clip_norm", clip_norm)
         self.noise_multiplier = check_nonnegative("noise_multiplier", noise_multiplier)
+        if secure_rng and noise_seed is not None:
+            raise ValueError(
+                "secure_rng=True draws from the OS CSPRNG, which has no seed: got "
+                f"noise_seed={noise_seed!r} (give one or the other)"
+            )
         self.noise_seed = None if noise_seed is None else int(noise_seed)
+        self.secure_rng = bool(secure_rng)
         self._entropy_generators: dict[str, torch.Generator] = {}
         self.last: dict[str, Tensor | int] = {}
 
@@ -91,7 +105,9 @@ class GradientSanitizer:
         return self.noise_std / self.sensitivity_l2
 
     # -- noise ------------------------------------------------------------------------------------
-    def _generator(self, device: torch.device, step: int, rank: int) -> torch.Generator:
+    def _generator(self, device: torch.device, step: int, rank: int) -> NoiseSource:
+        if self.secure_rng:
+            return OSRandom()
         if self.noise_seed is not None:
             return _seeded((self.noise_seed, step, rank), device)
         key = str(device)
@@ -114,9 +130,9 @@ class GradientSanitizer:
         debias = clip_frobenius(flat[num_cross:], self.clip_norm)
         clipped_cross = cross
         if self.noise_multiplier > 0:
-            noise = torch.randn(
-                cross.shape,
-                generator=self._generator(grad.device, step, rank),
+            noise = standard_normal(
+                tuple(cross.shape),
+                self._generator(grad.device, step, rank),
                 device=grad.device,
                 dtype=cross.dtype,
             )

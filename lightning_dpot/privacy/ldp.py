@@ -18,6 +18,7 @@ from torch import Tensor
 from lightning_dpot.privacy.gaussian import GaussianCalibration
 from lightning_dpot.privacy.mechanisms import Mechanism, MechanismName, make_mechanism
 from lightning_dpot.privacy.projections import project_l1_ball, project_l2_ball
+from lightning_dpot.privacy.secure_rng import NoiseSource
 from lightning_dpot.privacy.sensitivity import declared_sensitivity
 from lightning_dpot.privacy.transforms import RecordTransform
 
@@ -69,7 +70,7 @@ class LocalRandomizer:
                 "would not hold. Rescale the data or declare wider bounds"
             )
 
-    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
+    def __call__(self, x: Tensor, generator: NoiseSource) -> Tensor:
         """Privatize every record once: ``(n, *sample_shape) → (n, m)``."""
         self.check_records(x)
         v = self.transform.forward(x.float())

@@ -26,6 +26,7 @@ from lightning_dpot.privacy.gaussian import (
     gaussian_epsilon,
     gaussian_sigma,
 )
+from lightning_dpot.privacy.secure_rng import NoiseSource, standard_normal, uniform
 from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive
 
 MechanismName = Literal["laplace", "gaussian"]
@@ -65,9 +66,10 @@ class LaplaceMechanism:
         """Per-coordinate standard deviation √2·b."""
         return math.sqrt(2.0) * self.noise_scale
 
-    def sample_noise(self, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
-        """i.i.d. Laplace(0, b) noise by inverse CDF: b·sign(u)·(−log(1 − 2|u|)), u ~ U(−½, ½)."""
-        u = torch.rand(shape, generator=generator, dtype=torch.float64) - 0.5
+    def sample_noise(self, shape: tuple[int, ...], generator: NoiseSource) -> Tensor:
+        """i.i.d. Laplace(0, b) noise by inverse CDF: b·sign(u)·(−log(1 − 2|u|)), u ~ U(−½, ½)
+        (:mod:`~lightning_dpot.privacy.secure_rng` for the sources)."""
+        u = uniform(shape, generator) - 0.5
         noise = -self.noise_scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
         return noise.to(torch.float32)
 
@@ -125,9 +127,9 @@ class GaussianMechanism:
     def noise_std(self) -> float:
         return self.noise_scale
 
-    def sample_noise(self, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+    def sample_noise(self, shape: tuple[int, ...], generator: NoiseSource) -> Tensor:
         """i.i.d. N(0, σ²) noise."""
-        noise = torch.randn(shape, generator=generator, dtype=torch.float64) * self.noise_scale
+        noise = standard_normal(shape, generator) * self.noise_scale
         return noise.to(torch.float32)
 
     def describe(self) -> dict:

@@ -63,6 +63,7 @@ from scipy import optimize, special, stats
 from torch import Tensor
 
 from lightning_dpot.ot.sliced import noisy_projections
+from lightning_dpot.privacy.secure_rng import NoiseSource
 from lightning_dpot.privacy.validation import (
     check_delta,
     check_nonnegative,
@@ -202,7 +203,7 @@ def gaussian_sliced_release(
     x: Tensor,
     theta: Tensor,
     sigma: float,
-    generator: torch.Generator | None = None,
+    generator: NoiseSource | None = None,
     *,
     norm_tolerance: float = 1e-5,
 ) -> Tensor:
