@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +62,12 @@ class Release:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"release_path={str(path)!r}: no such release file")
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
+            raise ValueError(
+                f"release_path={str(path)!r} is not a lightning_dpot release file ({error})"
+            ) from error
         if not isinstance(obj, dict) or obj.get("format") != RELEASE_FORMAT:
             raise ValueError(f"release_path={str(path)!r} is not a lightning_dpot release file")
         return cls(obj["data"], obj["metadata"])
