@@ -96,3 +96,38 @@ def test_atomic_save_never_leaves_a_partial_file(tmp_path):
     io.save_checkpoint({"a": torch.arange(6)}, target)  # replaced in one rename
     assert torch.equal(io.load_checkpoint(target)["a"], torch.arange(6))
     assert [p.name for p in target.parent.iterdir()] == ["x.ckpt"]  # no staging file left
+
+
+def _ldp_fit(root: Path, cache: Path, epsilon: float, ckpt_path: str | None = None):
+    import lightning as L
+
+    from lightning_dpot.data import HalfCircle, PrivatizedDataModule
+    from lightning_dpot.methods import EntropicWGAN
+    from lightning_dpot.nn import MLPGenerator
+
+    dm = PrivatizedDataModule(
+        HalfCircle(n=200, n_test=10), "gaussian", epsilon=epsilon, delta=1e-4, batch_size=50,
+        cache_dir=str(cache),
+    )  # fmt: skip
+    trainer = L.Trainer(
+        max_steps=4, accelerator="cpu", logger=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=root, plugins=[AtomicCheckpointIO()],
+    )  # fmt: skip
+    trainer.fit(EntropicWGAN(MLPGenerator(2, (2,), (8,))), dm, ckpt_path=ckpt_path)
+    return trainer
+
+
+@pytest.mark.parametrize(
+    ("cache", "epsilon", "match"),
+    [
+        ("other", 5.0, r"release_sha256: checkpoint '[0-9a-f]{64}', this run '[0-9a-f]{64}'"),
+        ("same", 2.0, r"epsilon: checkpoint 5\.0, this run 2\.0"),
+    ],
+)
+def test_resume_on_another_release_or_budget_is_refused(tmp_path, cache, epsilon, match):
+    first = _ldp_fit(tmp_path / "a", tmp_path / "same", 5.0)
+    checkpoint = tmp_path / "a.ckpt"
+    first.save_checkpoint(checkpoint)
+    _ldp_fit(tmp_path / "ok", tmp_path / "same", 5.0, str(checkpoint))  # same release: fine
+    with pytest.raises(ValueError, match=match):
+        _ldp_fit(tmp_path / "b", tmp_path / cache, epsilon, str(checkpoint))

@@ -22,11 +22,13 @@ it treats N as public). Under DDP every rank Poisson-samples its own fixed shard
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import lightning as L
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.sources import DataSource
 from lightning_dpot.privacy.validation import (
@@ -150,6 +152,20 @@ class CentralDPDataModule(L.LightningDataModule):
         self.train_labels = splits.train_labels
         self.test_records = splits.test
         self.test_labels = splits.test_labels
+
+    def state_dict(self) -> dict[str, Any]:
+        """Fingerprint of the private set (:mod:`lightning_dpot.data.fingerprint`): its size and
+        record shape, never a hash of the records."""
+        if self.train_records is None:
+            return {}
+        return {"fingerprint": {"num_records": len(self.train_records),
+                                "sample_shape": list(self.sample_shape)}}  # fmt: skip
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("fingerprint", {})
+        current = self.state_dict().get("fingerprint", {})
+        if saved and current:
+            check_fingerprint(saved, current, type(self).__name__)
 
     def train_dataloader(self) -> DataLoader:
         if self.train_records is None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -48,6 +48,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.sources import DataSource
 from lightning_dpot.data.split import (
@@ -357,6 +358,24 @@ class PrivateLatentDataModule(L.LightningDataModule):
         private = splits.train[torch.tensor(split.private, dtype=torch.long)]
         del splits
         self.latents = self.encode(private)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Fingerprint (:mod:`lightning_dpot.data.fingerprint`): the split's hash, the number of
+        private records and the latent dimension; never a hash of private records."""
+        if self.latents is None:
+            return {}
+        fingerprint = {
+            "split_hash": None if self.split is None else self.split.split_hash,
+            "num_private": self.num_private,
+            "latent_dim": self.latent_dim,
+        }
+        return {"fingerprint": fingerprint}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("fingerprint", {})
+        current = self.state_dict().get("fingerprint", {})
+        if saved and current:
+            check_fingerprint(saved, current, type(self).__name__)
 
     def train_dataloader(self) -> DataLoader:
         latents = self.private_records()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -26,7 +27,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 import lightning_dpot
-from lightning_dpot.data.release import Release, config_key, tensor_sha256
+from lightning_dpot.data.fingerprint import check_fingerprint
+from lightning_dpot.data.release import Release, config_key, keyed_digest, tensor_sha256
 from lightning_dpot.data.sources import DataSource
 from lightning_dpot.privacy.gaussian import GaussianCalibration
 from lightning_dpot.privacy.ldp import LocalRandomizer
@@ -113,6 +115,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir)
         self.release_path = None if release_path is None else Path(release_path)
         self.release: Tensor | None = None
+        self._fingerprint: dict[str, Any] | None = None
         self.metadata: dict | None = None
         self.test_data: Tensor | None = None
         self.test_labels: Tensor | None = None
@@ -201,7 +204,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             "privacy": self.randomizer.describe(),
             "seed": self.seed if self.seed is not None else "secret (os entropy, not recorded)",
             "seed_is_public": self.seed is not None,
-            "raw_sha256": tensor_sha256(splits.train),
+            "raw_hmac_sha256": keyed_digest(splits.train, self.cache_dir),
             "n": len(data),
             "sample_shape": list(self.source.sample_shape),
             "source_diameters": [self.source.diameter(1), self.source.diameter(2)],
@@ -228,7 +231,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             self._privatize().save(path)
         release = Release.load(path)
         splits = self.source.load()  # type: ignore[union-attr]
-        if tensor_sha256(splits.train) != release.metadata["raw_sha256"]:
+        if keyed_digest(splits.train, self.cache_dir) != release.metadata.get("raw_hmac_sha256"):
             raise ValueError(
                 f"the cached release {path} was made from different raw data than the source "
                 "now holds; refusing to privatize the changed data again under the same "
@@ -313,6 +316,31 @@ class PrivatizedDataModule(L.LightningDataModule):
         return Release(self.release, self.metadata).save(path)
 
     # -- loaders ----------------------------------------------------------------------------
+    # -- checkpoints: refuse a resume on another release (lightning_dpot.data.fingerprint) ---
+    def fingerprint(self) -> dict[str, Any]:
+        """The release's SHA-256 (it is DP output, so hashing it costs nothing) and the mechanism
+        settings; computed once per release."""
+        if self.release is None:
+            return {}
+        if self._fingerprint is None:
+            mech = self.mechanism
+            self._fingerprint = {
+                "release_sha256": tensor_sha256(self.release),
+                "mechanism": mech.name,
+                "epsilon": mech.epsilon,
+                "delta": mech.delta,
+                "sensitivity": mech.sensitivity,
+            }
+        return self._fingerprint
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("fingerprint", {})
+        if saved and self.release is not None:
+            check_fingerprint(saved, self.fingerprint(), type(self).__name__)
+
     def train_dataloader(self) -> DataLoader:
         if self.release is None:
             raise RuntimeError("call setup() before train_dataloader()")

@@ -2,17 +2,20 @@
 
 A release is written once (atomically: temporary file, then ``os.replace``) and only read
 afterwards. It holds the privatized records in the mechanism's domain ``(n, m)`` and metadata:
-mechanism, ε, δ, noise scale, sensitivity, projection, transform, seed status, a SHA-256 of the
-raw training records, and the library version. Raw labels are never stored: they would be
+mechanism, ε, δ, noise scale, sensitivity, projection, transform, seed status, a keyed digest
+(HMAC-SHA256, key kept in the cache directory, :func:`keyed_digest`) of the raw training records,
+and the library version. Raw labels are never stored: they would be
 released without privacy.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import pickle
+import secrets
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -30,6 +33,30 @@ def tensor_sha256(x: Tensor) -> str:
     digest = hashlib.sha256(str(tuple(arr.shape)).encode())
     digest.update(arr.tobytes())
     return digest.hexdigest()
+
+
+def keyed_digest(x: Tensor, key_dir: str | Path) -> str:
+    """HMAC-SHA256 of a tensor's bytes and shape under a secret key kept in
+    ``key_dir/digest.key`` (32 random bytes, created with mode 0600 on first use).
+
+    Detects a change of the raw data between runs on the data owner's side without putting a
+    plain hash of private records into a release file: an unkeyed hash is a deterministic
+    function of the data, which lets anyone who knows all records but one test candidates for
+    the last. Without the key the digest says nothing."""
+    key_path = Path(key_dir) / "digest.key"
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = key_path.read_bytes()
+    else:
+        key = secrets.token_bytes(32)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+    arr = x.detach().to("cpu", torch.float32).contiguous().numpy()
+    mac = hmac.new(key, str(tuple(arr.shape)).encode(), hashlib.sha256)
+    mac.update(arr.tobytes())
+    return mac.hexdigest()
 
 
 def config_key(config: dict) -> str:

@@ -10,8 +10,10 @@ and assumes that the autoencoder never saw a private record. So the split must b
   re-draws the split per run, so its autoencoder may have been trained on "private" records).
 
 :class:`PublicPrivateSplit` holds the two index sets, the seed, the public fraction and two hashes:
-``split_hash`` (SHA-256 of the seed, n and both index lists) and ``data_hash`` (SHA-256 of the raw
-training tensor, so that a different dataset with the same n is detected too). It is saved inside
+``split_hash`` (SHA-256 of the seed, n and both index lists) and ``data_hash`` (SHA-256 of the
+**public** records only, so that a different dataset with the same n is detected too; a hash of
+the private records would be a deterministic, non-private function of them, and the checkpoint
+that carries it is shared with the decoder). It is saved inside
 the autoencoder checkpoint (``checkpoint["public_private_split"]``) and, optionally, as a JSON file.
 """
 
@@ -36,7 +38,7 @@ class SplitMismatchError(ValueError):
 
 
 def data_hash(records: Tensor) -> str:
-    """SHA-256 of the raw training records (shape, dtype and bytes), hex."""
+    """SHA-256 of records (shape, dtype and bytes), hex. Only ever applied to public records."""
     x = records.detach().cpu().contiguous()
     h = hashlib.sha256()
     h.update(str((tuple(x.shape), str(x.dtype))).encode())
@@ -137,7 +139,8 @@ def make_public_private_split(
 ) -> PublicPrivateSplit:
     """Seeded split: ``perm = randperm(n, Generator().manual_seed(seed))``; the first
     ``round(n·public_fraction)`` indices of ``perm`` are public, the rest private (both sorted).
-    Depends on the records only through ``n`` (and records their hash, for checking)."""
+    Depends on the records only through ``n`` (and records the public part's hash, for
+    checking)."""
     public_fraction = float(public_fraction)
     if not 0.0 < public_fraction < 1.0:
         raise ValueError(f"public_fraction must lie in (0, 1), got {public_fraction!r}")
@@ -159,6 +162,6 @@ def make_public_private_split(
         n=n,
         public=public,
         private=private,
-        data_hash=data_hash(records),
+        data_hash=data_hash(records[torch.tensor(public, dtype=torch.long)]),
         source=dict(source or {}),
     )

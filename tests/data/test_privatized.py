@@ -18,7 +18,7 @@ from lightning_dpot.data import (
     Rectangle,
     TensorFile,
 )
-from lightning_dpot.data.release import Release, tensor_sha256
+from lightning_dpot.data.release import Release, keyed_digest, tensor_sha256
 from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.nn import MLPGenerator
 
@@ -98,7 +98,10 @@ def test_raw_training_records_are_not_retained(tmp_path):
     for value in vars(dm).values():
         if isinstance(value, torch.Tensor) and value.shape == raw.shape:
             assert not torch.equal(value, raw)
-    assert dm.metadata["raw_sha256"] == tensor_sha256(raw)
+    # keyed digest of the raw records, not a plain hash (which would leak): key in the cache dir
+    assert dm.metadata["raw_hmac_sha256"] == keyed_digest(raw, dm.cache_dir)
+    assert dm.metadata["raw_hmac_sha256"] != tensor_sha256(raw)
+    assert (dm.cache_dir / "digest.key").stat().st_mode & 0o077 == 0
     assert dm.metadata["labels_released"] is False
 
 
