@@ -41,6 +41,7 @@ import torch
 from scipy.stats import beta as beta_distribution
 from torch import Tensor
 
+from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.ldp import LocalRandomizer
 from lightning_dpot.privacy.sliced_sensitivity import gaussian_sliced_release
@@ -50,6 +51,7 @@ __all__ = [
     "AuditResult",
     "audit_threshold_test",
     "clopper_pearson_upper",
+    "dp_sinkhorn_canary_gradients",
     "epsilon_lower_bound",
     "ldp_scores",
     "sanitizer_scores",
@@ -190,6 +192,21 @@ def sanitizer_scores(
             s[i] = (sanitizer(g, num_cross=rows, step=i) * direction).sum()
         scores.append(s)
     return scores[0], scores[1]
+
+
+def dp_sinkhorn_canary_gradients(
+    loss: SemiDebiasedSinkhorn, generated: Tensor, real: Tensor, canary: Tensor, num_cross: int
+) -> tuple[Tensor, Tensor]:
+    """Cross-block gradients ``∇_{X[0:n]} Ŝ(X, Y)`` and ``∇_{X[0:n]} Ŝ(X, Y ∪ {canary})`` of the
+    real DP-Sinkhorn loss at fixed generated rows X: what one sanitized step releases (before
+    clipping and noise) on neighbouring batches, the canary absent / present."""
+    grads = []
+    for batch in (real, torch.cat([real, canary])):
+        x = generated.detach().clone().requires_grad_(True)
+        loss(x, batch, num_cross).backward()
+        assert x.grad is not None
+        grads.append(x.grad[:num_cross].reshape(num_cross, -1).clone())
+    return grads[0], grads[1]
 
 
 def sliced_release_scores(
