@@ -16,9 +16,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.plugins.io import CheckpointIO
 
 from lightning_dpot.callbacks import LDPPrivacyReport, RunReport
 from lightning_dpot.commands import account
@@ -32,19 +34,29 @@ EXTRA_COMMANDS = {
 }
 
 
+class DpotCLI(LightningCLI):
+    """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
+    ``CheckpointIO`` plugin (added at instantiation, so ``config.yaml`` stays as written)."""
+
+    def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        trainer_config = self._get(self.config_init, "trainer", default={}) or {}
+        plugins = kwargs.pop("plugins", trainer_config.get("plugins")) or []
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+            plugins.append(AtomicCheckpointIO())
+        return super().instantiate_trainer(plugins=plugins, **kwargs)
+
+
 def run_lightning(args: Sequence[str]) -> LightningCLI:
     """LightningCLI over any module/datamodule; the LDP privacy report and the run report
     (report.json) are attached to every run, after the config's own callbacks, and checkpoints
     are written atomically (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`)."""
-    return LightningCLI(
+    return DpotCLI(
         L.LightningModule,
         L.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        trainer_defaults={
-            "callbacks": [LDPPrivacyReport(), RunReport()],
-            "plugins": [AtomicCheckpointIO()],
-        },
+        trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
         save_config_kwargs={"overwrite": True},
         args=list(args),
     )

@@ -15,6 +15,7 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch.multiprocessing import ProcessExitedException
 
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.data import (
@@ -81,7 +82,15 @@ def _fit(out: Path, devices: int, model, datamodule, steps: int, accountant: boo
         default_root_dir=out,
         callbacks=callbacks,
     )
-    trainer.fit(model, datamodule)
+    try:
+        trainer.fit(model, datamodule)
+    except ProcessExitedException as error:
+        # gloo can abort a spawned worker at interpreter exit, after training has finished
+        # ("terminate called without an active exception"; seen once in ~700 CI tests). The
+        # per-rank files, written at on_train_end, tell whether training itself completed.
+        written = all((out / f"rank{r}.pt").exists() for r in range(devices))
+        if error.signal_name != "SIGABRT" or not written:
+            raise
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(devices)]
 
 

@@ -73,6 +73,10 @@ def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | Non
 
 
 def load_sample_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
+    if not Path(path).is_file():
+        raise FileNotFoundError(
+            f"--samples={str(path)!r}: no such file (and not one of {SAMPLE_SOURCES})"
+        )
     obj = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(obj, Tensor):
         return obj, None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+import zipfile
 from pathlib import Path
 
 import torch
@@ -66,7 +68,12 @@ class TensorFile(DataSource):
     def _read(self) -> dict:
         if not Path(self.path).is_file():
             raise FileNotFoundError(f"path={self.path!r}: no such tensor file")
-        obj = torch.load(self.path, map_location="cpu", weights_only=True)
+        try:
+            obj = torch.load(self.path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as error:
+            raise ValueError(
+                f"path={self.path!r} is not a torch.save tensor file ({error})"
+            ) from error
         if isinstance(obj, torch.Tensor):
             obj = {"x": obj}
         if not isinstance(obj, dict) or "x" not in obj:

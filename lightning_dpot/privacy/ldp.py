@@ -61,6 +61,11 @@ class LocalRandomizer:
         """Refuse non-finite records and records outside the declared bounds."""
         if x.numel() == 0:
             raise ValueError("the dataset is empty: nothing to privatize")
+        if tuple(x.shape[1:]) != self.transform.sample_shape:
+            raise ValueError(
+                f"records must have shape {self.transform.sample_shape} (the declared "
+                f"sample_shape the sensitivity was derived for), got {tuple(x.shape[1:])}"
+            )
         if not bool(torch.isfinite(x).all()):
             raise ValueError("data contains NaN or Inf values; clean it before privatization")
         if bool((x < self.low).any()) or bool((x > self.high).any()):
