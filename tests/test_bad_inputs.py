@@ -4,12 +4,16 @@ with the key phrase of its documented message, naming the parameter and what is 
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pytest
 import torch
 
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
+from lightning_dpot.commands import sample
+from lightning_dpot.commands.checkpoint import load_model
+from lightning_dpot.commands.evaluate import load_sample_file, parse_metrics
 from lightning_dpot.data import (
     MNIST,
     GaussianMixture2D,
@@ -20,6 +24,7 @@ from lightning_dpot.data import (
 from lightning_dpot.data.central import CentralDPDataModule
 from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.data.release import Release
+from lightning_dpot.data.tabular import TensorFile
 from lightning_dpot.methods import DPSinkhorn, DPSWFlow, EntropicWGAN
 from lightning_dpot.metrics.fid import InceptionFID
 from lightning_dpot.nn import MLPGenerator
@@ -44,6 +49,17 @@ def _gen() -> MLPGenerator:
     return MLPGenerator(2, (2,), (4,))
 
 
+def _tensor_file(tmp_path) -> str:
+    path = tmp_path / "x.pt"
+    torch.save(torch.zeros(10, 2), path)
+    return str(path)
+
+
+def _setup(datamodule):
+    datamodule.setup("fit")
+    return datamodule.train_dataloader()
+
+
 def _text_file(tmp_path) -> str:
     path = tmp_path / "notes.txt"
     path.write_text("not a tensor file")
@@ -60,6 +76,10 @@ CASES = {
         lambda tmp: PrivatizedDataModule(_half_circle(), "laplace", epsilon=math.nan),
         ValueError, r"epsilon must be a finite number > 0, got nan",
     ),
+    "epsilon = inf": (
+        lambda tmp: PrivatizedDataModule(_half_circle(), "laplace", epsilon=math.inf),
+        ValueError, r"epsilon must be a finite number > 0, got inf",
+    ),
     "epsilon and noise_scale": (
         lambda tmp: PrivatizedDataModule(_half_circle(), "laplace", epsilon=1.0, noise_scale=1.0),
         ValueError, "give exactly one of epsilon or noise_scale",
@@ -71,6 +91,10 @@ CASES = {
     "delta = 1": (
         lambda tmp: PrivatizedDataModule(_half_circle(), "gaussian", epsilon=1.0, delta=1.0),
         ValueError, r"delta must lie in the open interval \(0, 1\), got 1\.0",
+    ),
+    "delta with the Laplace mechanism": (
+        lambda tmp: PrivatizedDataModule(_half_circle(), "laplace", epsilon=1.0, delta=1e-5),
+        ValueError, "delta must be unset for the pure-DP Laplace mechanism, got 1e-05",
     ),
     "unknown mechanism": (
         lambda tmp: PrivatizedDataModule(_half_circle(), "exponential", epsilon=1.0),
@@ -150,6 +174,16 @@ CASES = {
         lambda tmp: PrivatizedDataModule(_half_circle(), "laplace", epsilon=1.0, batch_size=0),
         ValueError, "batch_size must be an integer >= 1, got 0",
     ),
+    "batch_size > n (LDP release)": (
+        lambda tmp: _setup(
+            PrivatizedDataModule(HalfCircle(n=10, n_test=2), "laplace", epsilon=1.0, batch_size=11)
+        ),
+        ValueError, r"batch_size=11 exceeds the number of released records \(10\)",
+    ),
+    "expected_batch_size > n (central DP)": (
+        lambda tmp: _setup(CentralDPDataModule(HalfCircle(n=10, n_test=2), expected_batch_size=11)),
+        ValueError, r"expected_batch_size=11(\.0)? must lie in \(0, N=10\]",
+    ),
     "sample_rate and expected_batch_size": (
         lambda tmp: CentralDPDataModule(_half_circle(), sample_rate=0.1, expected_batch_size=5),
         ValueError, "give exactly one of sample_rate",
@@ -172,6 +206,14 @@ CASES = {
         lambda tmp: HalfCircle(n=0),
         ValueError, "n must be an integer >= 1, got 0",
     ),
+    "test_fraction = 1": (
+        lambda tmp: TensorFile(_tensor_file(tmp), -1.0, 1.0, test_fraction=1.0).load(),
+        ValueError, r"test_fraction must lie in \[0, 1\), got 1\.0",
+    ),
+    "record shape ≠ declared sample_shape": (
+        lambda tmp: _randomize(torch.zeros(3, 3)),
+        ValueError, r"records must have shape \(2,\) \(the declared sample_shape",
+    ),
     "unknown transform": (
         lambda tmp: PrivatizedDataModule(_half_circle(), "laplace", epsilon=1.0, transform="fft"),
         ValueError, "transform must be 'identity' or 'dct', got 'fft'",
@@ -193,7 +235,19 @@ CASES = {
         lambda tmp: _randomize(torch.zeros(0, 2)),
         ValueError, "the dataset is empty: nothing to privatize",
     ),
+    "declared bounds high <= low": (
+        lambda tmp: TensorFile(_tensor_file(tmp), 1.0, 1.0),
+        ValueError, r"high must be > low, got low=1\.0, high=1\.0",
+    ),
     # -- paths and files -------------------------------------------------------------------------
+    "missing data file": (
+        lambda tmp: TensorFile(str(tmp / "none.pt"), -1.0, 1.0).load(),
+        FileNotFoundError, r"path='.*none\.pt': no such tensor file",
+    ),
+    "data file not a tensor file": (
+        lambda tmp: TensorFile(_text_file(tmp), -1.0, 1.0).load(),
+        ValueError, r"path='.*notes\.txt' is not a torch\.save tensor file",
+    ),
     "neither source nor release_path": (
         lambda tmp: PrivatizedDataModule(),
         ValueError, "give a data source or a release_path",
@@ -226,6 +280,24 @@ CASES = {
             autoencoder_checkpoint=str(tmp / "none.ckpt"),
         ).setup("fit"),
         FileNotFoundError, r"autoencoder_checkpoint='.*none\.ckpt' does not exist; train stage 1",
+    ),
+    "missing checkpoint (dpot sample / evaluate)": (
+        lambda tmp: load_model(str(tmp / "none.ckpt")),
+        FileNotFoundError, r"ckpt='.*none\.ckpt': no such checkpoint file",
+    ),
+    "dpot sample --num 0": (
+        lambda tmp: sample.run(
+            argparse.Namespace(num=0, batch_size=1, grid_size=1, output=None, grid=None)
+        ),
+        ValueError, "num must be an integer >= 1, got 0",
+    ),
+    "missing dpot evaluate --samples file": (
+        lambda tmp: load_sample_file(tmp / "none.pt"),
+        FileNotFoundError, r"--samples='.*none\.pt': no such file",
+    ),
+    "unknown dpot evaluate --metrics": (
+        lambda tmp: parse_metrics("fid,bogus"),
+        ValueError, r"--metrics must be a comma list from \('fid', 'utility', 'w2'\)",
     ),
     "corrupt checkpoint": (
         lambda tmp: AtomicCheckpointIO().load_checkpoint(_text_file(tmp)),

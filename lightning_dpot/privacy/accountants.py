@@ -440,6 +440,29 @@ def sgm_min_noise_multiplier(
             q, steps, target_epsilon, delta, "rdp", tolerance, max_noise_multiplier
         )
         ratio = 1.1
+    return _smallest_fitting_sigma(
+        fits,
+        start,
+        ratio,
+        tolerance,
+        max_noise_multiplier,
+        f"target_epsilon={target_epsilon!r} is not reached at delta={delta!r} with "
+        f"sample_rate={q!r} and steps={steps!r} even with noise_multiplier="
+        f"{max_noise_multiplier!r}; lower the sample rate or the number of steps",
+    )
+
+
+def _smallest_fitting_sigma(
+    fits: Callable[[float], bool],
+    start: float,
+    ratio: float,
+    tolerance: float,
+    max_noise_multiplier: float,
+    unreachable: str,
+) -> float:
+    """Smallest σ with ``fits(σ)`` (ε decreasing in σ), to within ``tolerance`` from above:
+    gallop from ``start`` by ``ratio`` to bracket it, then bisect. Raises ``ValueError`` with
+    ``unreachable`` if even ``max_noise_multiplier`` does not fit."""
     if fits(start):
         high, low = start, start / ratio
         while fits(low):
@@ -450,11 +473,7 @@ def sgm_min_noise_multiplier(
         low, high = start, min(start * ratio, max_noise_multiplier)
         while not fits(high):
             if high >= max_noise_multiplier:
-                raise ValueError(
-                    f"target_epsilon={target_epsilon!r} is not reached at delta={delta!r} with "
-                    f"sample_rate={q!r} and steps={steps!r} even with noise_multiplier="
-                    f"{max_noise_multiplier!r}; lower the sample rate or the number of steps"
-                )
+                raise ValueError(unreachable)
             low, high = high, min(high * ratio, max_noise_multiplier)
     while high - low > tolerance:  # invariant: not fits(low), fits(high)
         mid = 0.5 * (low + high)
@@ -574,28 +593,17 @@ def swor_min_noise_multiplier(
     def fits(sigma: float) -> bool:
         return rdp_to_epsilon(steps * swor_gaussian_rdp(sigma, q), delta) <= target_epsilon
 
-    low, high = 0.0, 1.0
-    if fits(high):
-        while fits(high / 2.0) and high / 2.0 > tolerance:
-            high /= 2.0
-        low = high / 2.0
-    else:
-        while not fits(high):
-            if high >= max_noise_multiplier:
-                raise ValueError(
-                    f"target_epsilon={target_epsilon!r} is not reached at delta={delta!r} with "
-                    f"batch_size={batch_size!r} of dataset_size={dataset_size!r} and "
-                    f"steps={steps!r} even with noise_multiplier={max_noise_multiplier!r}; lower "
-                    "the batch size or the number of steps"
-                )
-            low, high = high, min(2.0 * high, max_noise_multiplier)
-    while high - low > tolerance:  # invariant: fits(high), not fits(low) (or low = 0)
-        mid = 0.5 * (low + high)
-        if fits(mid):
-            high = mid
-        else:
-            low = mid
-    return high
+    return _smallest_fitting_sigma(
+        fits,
+        1.0,
+        2.0,
+        tolerance,
+        max_noise_multiplier,
+        f"target_epsilon={target_epsilon!r} is not reached at delta={delta!r} with "
+        f"batch_size={batch_size!r} of dataset_size={dataset_size!r} and steps={steps!r} even "
+        f"with noise_multiplier={max_noise_multiplier!r}; lower the batch size or the number of "
+        "steps",
+    )
 
 
 # --------------------------------------------------------------------------------------------
