@@ -1,7 +1,7 @@
 """Optimal-transport losses."""
 
 from lightning_dpot.ot.costs import l1_cost, lp_cost, squared_euclidean_cost
-from lightning_dpot.ot.entropic import EntropicOT, sinkhorn_log_domain
+from lightning_dpot.ot.entropic import EntropicOT, sinkhorn_log_domain, sinkhorn_log_plan
 from lightning_dpot.ot.exact import ExactOT
 
 __all__ = [
@@ -10,5 +10,6 @@ __all__ = [
     "l1_cost",
     "lp_cost",
     "sinkhorn_log_domain",
+    "sinkhorn_log_plan",
     "squared_euclidean_cost",
 ]

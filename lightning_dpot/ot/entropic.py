@@ -11,6 +11,8 @@ never estimated from data (that would also cost a host sync per step).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from geomloss import SamplesLoss
 from torch import Tensor, nn
@@ -56,18 +58,29 @@ class EntropicOT(nn.Module):
         return self._loss(x, y)
 
 
-def sinkhorn_log_domain(x: Tensor, y: Tensor, p: int, reg: float, iterations: int = 2000) -> Tensor:
-    """Plain log-domain Sinkhorn for W_{p,λ} (uniform weights); a slow reference for tests.
-
-    f ← −λ LSE_j(log b_j + (g_j − C_ij)/λ), g ← −λ LSE_i(log a_i + (f_i − C_ij)/λ);
-    at convergence W_{p,λ} = ⟨a, f⟩ + ⟨b, g⟩.
-    """
+def _sinkhorn_log_potentials(x: Tensor, y: Tensor, p: int, reg: float, iterations: int):
+    """Plain log-domain Sinkhorn for W_{p,λ}, uniform weights a, b:
+    f ← −λ LSE_j(log b_j + (g_j − C_ij)/λ), g ← −λ LSE_i(log a_i + (f_i − C_ij)/λ)."""
     cost = lp_cost(p)(x, y)
-    log_a = torch.full((x.shape[0],), -torch.log(torch.tensor(float(x.shape[0]))), dtype=x.dtype)
-    log_b = torch.full((y.shape[0],), -torch.log(torch.tensor(float(y.shape[0]))), dtype=x.dtype)
+    log_a = torch.full((x.shape[0],), -math.log(x.shape[0]), dtype=x.dtype)
+    log_b = torch.full((y.shape[0],), -math.log(y.shape[0]), dtype=x.dtype)
     f = torch.zeros_like(log_a)
     g = torch.zeros_like(log_b)
     for _ in range(iterations):
         f = -reg * torch.logsumexp(log_b[None, :] + (g[None, :] - cost) / reg, dim=1)
         g = -reg * torch.logsumexp(log_a[:, None] + (f[:, None] - cost) / reg, dim=0)
+    return f, g, cost, log_a, log_b
+
+
+def sinkhorn_log_domain(x: Tensor, y: Tensor, p: int, reg: float, iterations: int = 2000) -> Tensor:
+    """W_{p,λ} = ⟨a, f⟩ + ⟨b, g⟩ at convergence of plain log-domain Sinkhorn; a slow reference
+    for tests."""
+    f, g, _, log_a, log_b = _sinkhorn_log_potentials(x, y, p, reg, iterations)
     return (log_a.exp() * f).sum() + (log_b.exp() * g).sum()
+
+
+def sinkhorn_log_plan(x: Tensor, y: Tensor, p: int, reg: float, iterations: int = 2000) -> Tensor:
+    """The entropic plan π_ij = a_i b_j exp((f_i + g_j − C_ij)/λ) of W_{p,λ}; a slow reference
+    for tests."""
+    f, g, cost, log_a, log_b = _sinkhorn_log_potentials(x, y, p, reg, iterations)
+    return torch.exp(log_a[:, None] + log_b[None, :] + (f[:, None] + g[None, :] - cost) / reg)
