@@ -1,5 +1,6 @@
-"""Evaluation of 2-D runs: distance of generated samples to the true support, and a scatter plot
-of raw / privatized / generated points (paper 001 Fig. 1–2)."""
+"""Evaluation of 2-D runs: distance of generated samples to the true support, how evenly they
+cover a curve support, and a scatter plot of raw / privatized / generated points (paper 001
+Fig. 1–2)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from lightning_dpot.data.manifolds import CurveSource
+
 
 class ManifoldEvaluation(Callback):
     """Logs ``manifold_error`` = mean over generated x of dist(x, support) every
     ``every_n_epochs`` and at the end of fitting, where the plot ``scatter.png`` is saved to the
-    run directory and sent to the logger.
+    run directory and sent to the logger. For curve supports (half-circle, ellipse, rectangle)
+    it also logs ``arc_coverage`` (:meth:`~lightning_dpot.data.manifolds.CurveSource.coverage`:
+    the share of 18 equal arc pieces holding at least a quarter of the uniform share of the
+    samples within 0.25 of the curve), which catches a generator that covers only part of it.
 
     Needs a datamodule whose source defines ``distance_to_support`` (the 2-D sources).
     """
@@ -32,16 +38,25 @@ class ManifoldEvaluation(Callback):
         samples = pl_module.sample(self.num_samples)
         return float(source.distance_to_support(samples).mean()), samples
 
+    @staticmethod
+    def _coverage(trainer: L.Trainer, samples: torch.Tensor) -> dict[str, float]:
+        source = trainer.datamodule.source
+        return {"arc_coverage": source.coverage(samples)} if isinstance(source, CurveSource) else {}
+
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            error, _ = self._error(trainer, pl_module)
+            error, samples = self._error(trainer, pl_module)
             pl_module.log("manifold_error", error, prog_bar=True)
+            for name, value in self._coverage(trainer, samples).items():
+                pl_module.log(name, value, prog_bar=True)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         error, samples = self._error(trainer, pl_module)
-        trainer.callback_metrics["manifold_error"] = torch.tensor(error)
+        metrics = {"manifold_error": error, **self._coverage(trainer, samples)}
+        for name, value in metrics.items():
+            trainer.callback_metrics[name] = torch.tensor(value)
         for logger in trainer.loggers:
-            logger.log_metrics({"manifold_error": error}, step=trainer.global_step)
+            logger.log_metrics(metrics, step=trainer.global_step)
         # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
         path = Path(trainer.log_dir or trainer.default_root_dir) / "scatter.png"
         if self.plot and trainer.is_global_zero:

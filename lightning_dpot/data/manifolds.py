@@ -20,20 +20,46 @@ from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.privacy.validation import check_positive, check_positive_int
 
 
-def distance_to_polyline(points: Tensor, vertices: Tensor, chunk: int = 4096) -> Tensor:
+def project_to_polyline(
+    points: Tensor, vertices: Tensor, chunk: int = 4096
+) -> tuple[Tensor, Tensor]:
     """Euclidean distance from each of ``points`` (n, 2) to the polyline through ``vertices``
     (S + 1, 2), exact per segment: ‖p − (a + clamp(t, 0, 1)(b − a))‖,
-    t = ⟨p − a, b − a⟩/‖b − a‖²."""
+    t = ⟨p − a, b − a⟩/‖b − a‖²; and the position of the nearest point as a fraction of the
+    polyline's arc length, in [0, 1]."""
     a, b = vertices[:-1].to(points), vertices[1:].to(points)
     ab = b - a
+    length = ab.norm(dim=1)
+    start = torch.cat([length.new_zeros(1), length.cumsum(0)[:-1]])
     denom = (ab * ab).sum(dim=1).clamp_min(1e-12)
-    out = []
+    distances, positions = [], []
     for block in points.split(chunk):
         ap = block[:, None, :] - a[None]
         t = ((ap * ab[None]).sum(dim=2) / denom).clamp(0.0, 1.0)
         nearest = a[None] + t[..., None] * ab[None]
-        out.append((block[:, None, :] - nearest).norm(dim=2).min(dim=1).values)
-    return torch.cat(out) if out else points.new_zeros(0)
+        dist, seg = (block[:, None, :] - nearest).norm(dim=2).min(dim=1)
+        distances.append(dist)
+        frac = t.gather(1, seg[:, None]).squeeze(1)
+        positions.append((start[seg] + frac * length[seg]) / length.sum())
+    if not distances:
+        return points.new_zeros(0), points.new_zeros(0)
+    return torch.cat(distances), torch.cat(positions)
+
+
+def distance_to_polyline(points: Tensor, vertices: Tensor, chunk: int = 4096) -> Tensor:
+    """Distance from each of ``points`` (n, 2) to the polyline (:func:`project_to_polyline`)."""
+    return project_to_polyline(points, vertices, chunk)[0]
+
+
+def arc_coverage(positions: Tensor, bins: int = 18) -> float:
+    """Share of ``bins`` equal pieces of the curve (by arc length) that hold at least a quarter
+    of the uniform share of ``positions`` (fractions in [0, 1] of near-curve samples): 1 when
+    samples spread along the whole curve, small when they pile up on part of it (issue 12: 18
+    bins of 10° on the half-circle). 0 without samples."""
+    if positions.numel() == 0:
+        return 0.0
+    counts = torch.bincount((positions * bins).long().clamp(0, bins - 1), minlength=bins)
+    return float((counts >= 0.25 * positions.numel() / bins).double().mean())
 
 
 class CurveSource(DataSource):
@@ -71,6 +97,11 @@ class CurveSource(DataSource):
     def distance_to_support(self, points: Tensor) -> Tensor:
         """Distance of each 2-D point to the curve."""
         return distance_to_polyline(points.reshape(-1, 2).double(), self.polyline()).float()
+
+    def coverage(self, points: Tensor, near: float = 0.25, bins: int = 18) -> float:
+        """:func:`arc_coverage` of the points within ``near`` of the curve."""
+        dist, pos = project_to_polyline(points.reshape(-1, 2).double(), self.polyline())
+        return arc_coverage(pos[dist <= near], bins)
 
 
 class HalfCircle(CurveSource):

@@ -24,7 +24,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import lightning_dpot
 from lightning_dpot.data.fingerprint import check_fingerprint
@@ -36,6 +36,27 @@ from lightning_dpot.privacy.mechanisms import MechanismName, make_mechanism
 from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom, permutation
 from lightning_dpot.privacy.transforms import RecordTransform, make_transform
 from lightning_dpot.privacy.validation import check_delta, check_positive_int
+
+
+class FullBatch(Dataset):
+    """A dataset of one item, the whole tensors: full-batch training (paper 001 §IV-A, b = n).
+    The OT losses are order-free, so the release is neither shuffled nor re-collated; under
+    DDP each rank's (padded) distributed sampler yields this one item, i.e. the whole cached
+    release on every rank."""
+
+    def __init__(self, *tensors: Tensor) -> None:
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
+        return self.tensors
+
+
+def full_batch_loader(*tensors: Tensor) -> DataLoader:
+    """One step per epoch over the whole ``tensors`` (no per-record indexing or collation)."""
+    return DataLoader(FullBatch(*tensors), batch_size=None)
 
 
 class PrivatizedDataModule(L.LightningDataModule):
@@ -345,7 +366,9 @@ class PrivatizedDataModule(L.LightningDataModule):
         if self.release is None:
             raise RuntimeError("call setup() before train_dataloader()")
         records = self.release if self.denoised_release is None else self.denoised_release
-        batch_size = self.batch_size or len(self.release)
+        if self.batch_size is None:
+            return full_batch_loader(records)
+        batch_size = self.batch_size
         if batch_size > len(self.release):
             raise ValueError(
                 f"batch_size={batch_size} exceeds the number of released records "

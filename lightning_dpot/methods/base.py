@@ -20,6 +20,18 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from lightning_dpot.ot.sinkhorn import SinkhornInfo
+
+
+def log_sinkhorn_info(module: L.LightningModule, info: SinkhornInfo | None) -> None:
+    """Log the last entropic solve: sweeps at the target λ, ‖π1 − a‖₁, whether it met the
+    tolerance (``sinkhorn/…``, averaged over ranks). Nothing when no entropic solve ran."""
+    if info is None:
+        return
+    module.log("sinkhorn/iterations", float(info.iterations), sync_dist=True)
+    module.log("sinkhorn/marginal_error", info.marginal_error, sync_dist=True)
+    module.log("sinkhorn/converged", float(info.converged), sync_dist=True)
+
 
 class GeneratorModule(L.LightningModule):
     """Trains ``generator`` by minimizing an OT loss to the (privatized) training data.

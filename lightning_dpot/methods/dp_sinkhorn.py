@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_dpot.data.poisson import PoissonBatchSampler
-from lightning_dpot.methods.base import GeneratorModule
+from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.validation import (
@@ -248,6 +248,7 @@ class DPSinkhorn(GeneratorModule):
                 dim, float(datamodule.value_range), self.l1_weight, class_weight
             ),
             scaling=self.sinkhorn_scaling,
+            warn_not_converged=not self.private,
         )
 
     def on_train_start(self) -> None:
@@ -292,8 +293,9 @@ class DPSinkhorn(GeneratorModule):
             # Empty Poisson batch: G = 0 before sanitization (module docstring, step 4).
             return (fake * 0.0).sum()
         loss = self.loss_fn(fake, real.to(fake.dtype), n, labels, real_labels)
-        if not self.private:
+        if not self.private:  # the loss and the solve on real records are not released
             self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)
+            log_sinkhorn_info(self, self.loss_fn.last_info)
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Literal
 
 import lightning as L
-from torch import nn
+from torch import Tensor, nn
 
-from lightning_dpot.methods.base import GeneratorModule
+from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot import EntropicOT, ExactOT
+from lightning_dpot.ot.sinkhorn import Backend, SinkhornInfo
 
 Regularization = Literal["entropic", "divergence", "none"]
 
@@ -32,8 +33,12 @@ class EntropicWGAN(GeneratorModule):
         p: cost exponent; default: matched to the datamodule's mechanism.
         entropic_reg: λ; default p·σ^p from the mechanism.
         allow_cost_mismatch: permit p ≠ the mechanism's p (Theorem 1 then does not apply).
-        scaling: Sinkhorn ε-scaling ratio (≥ 0.9).
+        scaling: Sinkhorn ε-scaling ratio in (0, 1) (annealing; convergence is set by ``tol``).
         max_exact_batch: largest batch solved exactly when ``regularization="none"``.
+        backend: Sinkhorn backend, ``auto`` | ``tensorized`` | ``online`` | ``multiscale``
+            (:mod:`lightning_dpot.ot.sinkhorn`); ``auto`` picks by size, dimension and device.
+        tol: tolerance on the marginal violation ‖π1 − a‖₁ of every solve.
+        max_iter: cap on the Sinkhorn sweeps at λ.
     """
 
     def __init__(
@@ -43,11 +48,14 @@ class EntropicWGAN(GeneratorModule):
         p: int | None = None,
         entropic_reg: float | None = None,
         allow_cost_mismatch: bool = False,
-        scaling: float = 0.95,
+        scaling: float = 0.9,
         max_exact_batch: int = 2048,
         latent_range: tuple[float, float] = (-1.0, 1.0),
         lr: float = 1e-4,
         generated_batch_size: int | None = None,
+        backend: Backend = "auto",
+        tol: float = 1e-3,
+        max_iter: int = 2000,
     ) -> None:
         super().__init__(generator, latent_range, lr, generated_batch_size)
         if regularization not in ("entropic", "divergence", "none"):
@@ -62,6 +70,8 @@ class EntropicWGAN(GeneratorModule):
         self.allow_cost_mismatch = allow_cost_mismatch
         self.scaling = scaling
         self.max_exact_batch = max_exact_batch
+        self.backend, self.tol, self.max_iter = backend, tol, max_iter
+        self.last_sinkhorn: SinkhornInfo | None = None
 
     def build_loss(self, datamodule: L.LightningDataModule) -> nn.Module:
         mechanism = datamodule.mechanism
@@ -79,13 +89,31 @@ class EntropicWGAN(GeneratorModule):
         if self.entropic_reg is None:
             self.entropic_reg = p * mechanism.noise_scale**p
         return EntropicOT(
-            p, self.entropic_reg, diameter, self.scaling, debias=self.regularization == "divergence"
+            p,
+            self.entropic_reg,
+            diameter,
+            self.scaling,
+            debias=self.regularization == "divergence",
+            tol=self.tol,
+            max_iter=self.max_iter,
+            backend=self.backend,
         )
+
+    def compute_loss(self, fake: Tensor, real: Tensor) -> Tensor:
+        loss = super().compute_loss(fake, real)
+        if self.loss_fn.last_info is not None:
+            self.last_sinkhorn = self.loss_fn.last_info
+            log_sinkhorn_info(self, self.last_sinkhorn)
+        return loss
 
     def loss_description(self) -> dict:
         """The loss actually trained, for the run report."""
+        info = self.last_sinkhorn
         return {
             "regularization": self.regularization,
             "p": self.p,
             "entropic_reg": None if self.regularization == "none" else self.entropic_reg,
+            "sinkhorn": None
+            if info is None
+            else {"requested_backend": self.backend, "max_iter": self.max_iter, **info.as_dict()},
         }

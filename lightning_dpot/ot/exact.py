@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from lightning_dpot.ot.costs import lp_cost
 from lightning_dpot.ot.entropic import EntropicOT
+from lightning_dpot.ot.sinkhorn import SinkhornInfo
 
 
 class ExactOT(nn.Module):
@@ -31,6 +32,7 @@ class ExactOT(nn.Module):
         self.cost = lp_cost(p)
         self._fallback = EntropicOT(p, reg=(0.01 * diameter) ** p, diameter=diameter)
         self._warned = False
+        self.last_info: SinkhornInfo | None = None
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         if x.shape[0] != y.shape[0] or x.shape[0] > self.max_exact_batch:
@@ -42,7 +44,10 @@ class ExactOT(nn.Module):
                     stacklevel=2,
                 )
                 self._warned = True
-            return self._fallback(x, y)
+            value = self._fallback(x, y)
+            self.last_info = self._fallback.last_info
+            return value
+        self.last_info = None
         cost = self.cost(x, y)
         rows, cols = linear_sum_assignment(cost.detach().cpu().double().numpy())
         rows_t = torch.as_tensor(rows, device=cost.device)

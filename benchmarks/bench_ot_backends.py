@@ -1,0 +1,162 @@
+"""Entropic OT side by side: this package's solver (each backend), geomloss called directly and
+POT, on the same clouds, λ and cost; fwd+bwd time, peak extra memory, sweeps to tolerance.
+
+Conventions: W_{2,λ}(‖·‖²) = 2·OT_{λ/2}(½‖·‖²) in geomloss (blur = √(λ/2), value doubled);
+p = 1 is geomloss with the ℓ1 cost as a dense callable (tensorized) — its KeOps backends have
+no ℓ1 formula. POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense cost (float64).
+Peak memory is the growth of the process' maximum RSS during the call (a lower bound when an
+earlier case already raised the maximum, hence each case runs in a fresh process).
+
+    python benchmarks/bench_ot_backends.py --out docs/results/bench_ot_backends_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+CASES = {
+    "400x784_p1": (400, 400, 784, 1),
+    "400x784_p2": (400, 400, 784, 2),
+    "2000x20000_2d_p2": (2000, 20_000, 2, 2),
+    "2000x20000_2d_p1": (2000, 20_000, 2, 1),
+    "20000x20000_2d_p2": (20_000, 20_000, 2, 2),
+}
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_one(case: str, impl: str, repeats: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    n, m, dim, p = CASES[case]
+    gen = torch.Generator().manual_seed(0)
+    if dim == 2:  # generated batch in [-1, 1]², release = half-circle + Gaussian noise σ = 1.59
+        from lightning_dpot.data import HalfCircle
+
+        y = HalfCircle(n=m).load().train + 1.59 * torch.randn(m, 2, generator=gen)
+        x = torch.rand(n, 2, generator=gen) * 2 - 1
+        sigma = 1.59
+    else:  # images in [-1, 1]^784 and a Laplace/Gaussian release of scale 0.5
+        x = torch.rand(n, dim, generator=gen) * 2 - 1
+        y = torch.rand(m, dim, generator=gen) * 2 - 1 + 0.5 * torch.randn(m, dim, generator=gen)
+        sigma = 0.5
+    reg = p * sigma**p
+    diameter = (2 * dim**0.5 if p == 2 else 2 * dim) + 8 * sigma * (dim**0.5 if p == 2 else dim)
+    from lightning_dpot.ot import EntropicOT, lp_cost
+
+    info = None
+    if impl.startswith("ours-"):
+        loss = EntropicOT(p, reg, diameter, backend=impl[5:])
+
+        def call(xr):
+            return loss(xr, y)
+    elif impl.startswith("geomloss-"):
+        from geomloss import SamplesLoss
+
+        backend = impl[9:]
+        if p == 2:
+            gl = SamplesLoss(
+                "sinkhorn", p=2, blur=(reg / 2) ** 0.5, diameter=diameter, scaling=0.9,
+                debias=False, backend=backend,
+            )  # fmt: skip
+
+            def call(xr):
+                return 2 * gl(xr, y)
+        else:
+            gl = SamplesLoss(
+                "sinkhorn", p=1, blur=reg, diameter=diameter, scaling=0.9, debias=False,
+                cost=lp_cost(1), backend="tensorized",
+            )  # fmt: skip
+
+            def call(xr):
+                return gl(xr, y)
+    else:  # POT
+        import ot
+
+        def call(xr):
+            cost = lp_cost(p)(xr.double(), y.double())
+            a = torch.full((n,), 1.0 / n, dtype=torch.float64)
+            b = torch.full((m,), 1.0 / m, dtype=torch.float64)
+            return ot.sinkhorn2(a, b, cost, reg, method="sinkhorn_log", numItermax=2000,
+                                stopThr=1e-6)  # fmt: skip
+
+    times = []
+    base = _rss_mb()
+    for _ in range(repeats):
+        xr = x.clone().requires_grad_(True)
+        start = time.perf_counter()
+        value = call(xr)
+        value.backward()
+        times.append(time.perf_counter() - start)
+    if impl.startswith("ours-"):
+        info = loss.last_info.as_dict()
+    return {
+        "case": case,
+        "impl": impl,
+        "value": float(value),
+        "seconds_first": times[0],
+        "seconds": min(times),
+        "peak_extra_mb": _rss_mb() - base,
+        "sinkhorn": info,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument(
+        "--impls",
+        nargs="*",
+        default=[
+            "ours-auto",
+            "ours-tensorized",
+            "geomloss-tensorized",
+            "geomloss-multiscale",
+            "pot",
+        ],
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-dense-pairs", type=float, default=5e7)
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one[0], args.one[1], args.repeats)))
+        return
+    rows = []
+    for case in args.cases:
+        n, m, dim, p = CASES[case]
+        for impl in args.impls:
+            dense = impl in ("ours-tensorized", "geomloss-tensorized", "pot") or (
+                impl.startswith("geomloss") and p == 1
+            )
+            if (dense and n * m > args.max_dense_pairs) or (
+                impl == "geomloss-multiscale" and dim > 3
+            ):
+                rows.append({"case": case, "impl": impl, "skipped": "dense N×M or d > 3"})
+                continue
+            cmd = [sys.executable, __file__, "--one", case, impl, "--repeats", str(args.repeats)]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+            row = (
+                json.loads(lines[-1])
+                if lines
+                else {"case": case, "impl": impl, "error": out.stderr[-500:]}
+            )
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(rows, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+r"""Entropic OT between uniform point clouds, solved to a stated tolerance.
+
+    W_{c,λ}(a, b) = min_{π ∈ Π(a, b)} ⟨π, C⟩ + λ KL(π ‖ a⊗b)
+                  = max_{f, g} ⟨a, f⟩ + ⟨b, g⟩ − λ(⟨a⊗b, e^{(f⊕g−C)/λ}⟩ − 1),
+
+``C_ij = c(x_i, y_j)``, ``a_i = 1/N``, ``b_j = 1/M``. Log-domain Sinkhorn alternates the soft
+c-transforms (Feydy et al. 2019, eq. 3.186 of Feydy's thesis)
+
+    f_i ← −ε LSE_j(log b_j + (g_j − C_ij)/ε),   g_j ← −ε LSE_i(log a_i + (f_i − C_ij)/ε).
+
+**Schedule.** ε-scaling (annealing) from ε₀ = diameter^p down to λ in ratios ``scaling^p``
+(geomloss' schedule; ``diameter`` is a public bound on the distances, never estimated from the
+data), then — unlike geomloss, which stops after one sweep at ε = λ — sweeps at ε = λ until the
+row-marginal violation of the plan π_ij = a_i b_j e^{(f_i + g_j − C_ij)/λ},
+
+    err = ‖π1 − a‖₁ = Σ_i a_i |e^{(f_i − f̃_i)/λ} − 1|,   f̃ = the next f-update,
+
+is at most ``tol`` (the column marginal is exact after each g-update), or ``max_iter`` sweeps
+are spent. :class:`SinkhornInfo` reports which.
+
+**Value and gradient.** The loop runs without autograd. A last update with gradients,
+f = T(g*) with C(x, y.detach()) and g = T(f*) with C(x.detach(), y), gives the dual value
+⟨a, f⟩ + ⟨b, g⟩ and the envelope-theorem gradient ∂W/∂x_i = Σ_j π̃_ij ∇_x c(x_i, y_j), with π̃
+the plan of (f, g*) whose rows sum exactly to a (geomloss' "last extrapolation").
+
+**Backends.**
+
+* ``tensorized``: the dense ``N × M`` cost, computed once per solve; each sweep reuses one
+  preallocated ``N × M`` buffer (no fresh temporaries per iteration).
+* ``online``: KeOps reductions, O(N + M) memory in any dimension, CPU and GPU.
+* ``multiscale`` (d ≤ 3): points are clustered on a grid of side ``cluster_scale``; the
+  annealing runs on the cluster centroids while ε > cluster_scale^p, the potentials are then
+  extrapolated to the points and the kernel is truncated to the cluster pairs with
+  f_k + g_l > C_kl − truncate·ε (Schmitzer 2016; geomloss' multiscale scheme); the remaining
+  sweeps run block-sparse on the points.
+* ``auto``: ``multiscale`` for d ≤ 3 above ``2^20`` pairs, ``online`` when the dense solve would
+  need more than ``dense_memory_limit`` bytes, else ``tensorized``; without a working KeOps it
+  warns once and stays dense.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lightning_dpot.ot.costs import GroundCost
+from lightning_dpot.ot.keops import (
+    KEOPS_MISSING,
+    block_sparse_ranges,
+    clusterize,
+    keops_import_error,
+    keops_softmin,
+)
+from lightning_dpot.privacy.validation import check_positive, check_positive_int
+
+Backend = Literal["auto", "tensorized", "online", "multiscale"]
+BACKENDS = ("auto", "tensorized", "online", "multiscale")
+MULTISCALE_MIN_PAIRS = 2**20
+
+
+@dataclass(frozen=True)
+class SinkhornInfo:
+    """What one solve did: the backend, the annealing sweeps, the sweeps at the target ε, the
+    final row-marginal violation ‖π1 − a‖₁ and whether it met ``tolerance``."""
+
+    backend: str
+    annealing_steps: int
+    iterations: int
+    marginal_error: float
+    tolerance: float
+    converged: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def epsilon_schedule(diameter: float, reg: float, p: int, scaling: float) -> list[float]:
+    """ε_k = diameter^p · scaling^{pk} for the k with ε_k > λ, then λ (geomloss' ε-scaling)."""
+    eps0 = max(diameter**p, reg)
+    steps = max(0, math.ceil(math.log(eps0 / reg) / (p * -math.log(scaling))))
+    return [eps0 * scaling ** (p * k) for k in range(steps) if eps0 * scaling ** (p * k) > reg] + [
+        reg
+    ]
+
+
+def _lse_(buf: Tensor, dim: int) -> Tensor:
+    """LSE of ``buf`` along ``dim``, computed in place in ``buf`` (its contents are lost)."""
+    top = buf.amax(dim, keepdim=True)
+    buf.sub_(top).exp_()
+    return top.squeeze(dim) + buf.sum(dim).log_()
+
+
+class _DenseKernel:
+    """C held densely (no autograd), one reusable ``N × M`` work buffer for the sweeps; the
+    differentiable pass recomputes C(x, y.detach()) or C(x.detach(), y)."""
+
+    def __init__(self, cost: GroundCost, x: Tensor, y: Tensor) -> None:
+        self.cost, self.x, self.y = cost, x, y
+        self.matrix = cost(x.detach(), y.detach())
+        self.buffer = torch.empty_like(self.matrix)
+
+    def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
+        torch.add(h_y[None, :], self.matrix, alpha=-1.0 / eps, out=self.buffer)
+        return -eps * _lse_(self.buffer, 1)
+
+    def softmin_y(self, eps: float, h_x: Tensor) -> Tensor:
+        torch.add(h_x[:, None], self.matrix, alpha=-1.0 / eps, out=self.buffer)
+        return -eps * _lse_(self.buffer, 0)
+
+    def softmin_x_grad(self, eps: float, h_y: Tensor) -> Tensor:
+        return -eps * torch.logsumexp(h_y[None, :] - self.cost(self.x, self.y.detach()) / eps, 1)
+
+    def softmin_y_grad(self, eps: float, h_x: Tensor) -> Tensor:
+        return -eps * torch.logsumexp(h_x[:, None] - self.cost(self.x.detach(), self.y) / eps, 0)
+
+
+class _KeOpsKernel:
+    """C evaluated on the fly by KeOps, optionally restricted to kept cluster blocks. A pass
+    with gradients costs the same as one without, so the convergence check is that pass."""
+
+    def __init__(self, cost: GroundCost, x: Tensor, y: Tensor, ranges=(None, None)) -> None:
+        self.cost, self.x, self.y = cost, x, y
+        self.ranges_xy, self.ranges_yx = ranges
+
+    def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
+        return keops_softmin(self.cost, self.x.detach(), self.y.detach(), h_y, eps, self.ranges_xy)
+
+    def softmin_y(self, eps: float, h_x: Tensor) -> Tensor:
+        return keops_softmin(self.cost, self.y.detach(), self.x.detach(), h_x, eps, self.ranges_yx)
+
+    def softmin_x_grad(self, eps: float, h_y: Tensor) -> Tensor:
+        with torch.enable_grad():
+            return keops_softmin(self.cost, self.x, self.y.detach(), h_y, eps, self.ranges_xy)
+
+    def softmin_y_grad(self, eps: float, h_x: Tensor) -> Tensor:
+        with torch.enable_grad():
+            return keops_softmin(self.cost, self.y, self.x.detach(), h_x, eps, self.ranges_yx)
+
+
+def _anneal(kernel, log_a: Tensor, log_b: Tensor, f: Tensor, g: Tensor, eps_list: list[float]):
+    for eps in eps_list:
+        f = kernel.softmin_x(eps, log_b + g / eps)
+        g = kernel.softmin_y(eps, log_a + f / eps)
+    return f, g
+
+
+def _converge(kernel, log_a, log_b, f, g, eps: float, tol: float, max_iter: int, grad: bool):
+    """Sinkhorn sweeps at ε until ‖π1 − a‖₁ ≤ tol.
+
+    Each sweep first computes f̃ = T(g), which measures the row violation of (f, g); on success
+    (or at ``max_iter``) it returns ``(f̃, f, g, sweeps, error)`` with g = T(f), so that
+    (f̃, g) is the final dual pair. With ``grad`` (KeOps kernels) f̃ carries gradients to x.
+    """
+    a = log_a.exp()
+    softmin_x = kernel.softmin_x_grad if grad else kernel.softmin_x
+    for sweep in range(1, max_iter + 1):
+        f_next = softmin_x(eps, log_b + g / eps)
+        error = float((a * torch.expm1((f - f_next.detach()) / eps).abs()).sum())
+        if error <= tol or sweep == max_iter:
+            return f_next, f, g, sweep, error
+        f = f_next.detach()
+        g = kernel.softmin_y(eps, log_a + f / eps)
+    raise AssertionError("unreachable: max_iter >= 1")
+
+
+class EntropicSolver:
+    """W_{c,λ} with the convergence contract of the module docstring.
+
+    Args:
+        cost: the ground cost (dense and KeOps forms).
+        p: the exponent of the cost's scale (distances^p): sets ε₀ = diameter^p and the ratio.
+        reg: λ > 0, in cost units.
+        diameter: public bound on the distances, so that diameter^p ≥ max C.
+        scaling: ε-scaling ratio in (0, 1); the ratio per annealing step is scaling^p.
+        tol: tolerance on ‖π1 − a‖₁ at ε = λ.
+        max_iter: cap on the sweeps at ε = λ.
+        backend: ``auto`` | ``tensorized`` | ``online`` | ``multiscale``.
+        truncate: multiscale kernel truncation, in units of ε.
+        cluster_scale: multiscale grid side (default diameter / (√d · 2000^{1/d}), geomloss').
+        dense_memory_limit: bytes above which ``auto`` leaves the dense backend.
+        warn_not_converged: warn (once) when a solve misses ``tol``.
+    """
+
+    def __init__(
+        self,
+        cost: GroundCost,
+        p: int,
+        reg: float,
+        diameter: float,
+        scaling: float = 0.9,
+        tol: float = 1e-3,
+        max_iter: int = 2000,
+        backend: Backend = "auto",
+        truncate: float = 10.0,
+        cluster_scale: float | None = None,
+        dense_memory_limit: float = 2**30,
+        warn_not_converged: bool = True,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if not 0.0 < scaling < 1.0:
+            raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
+        if not 0.0 < tol < 2.0:
+            raise ValueError(f"tol must lie in (0, 2) (a bound on ‖π1 − a‖₁), got {tol!r}")
+        self.cost, self.p = cost, p
+        self.reg = check_positive("entropic_reg", reg)
+        self.diameter = check_positive("diameter", diameter)
+        self.scaling, self.tol = float(scaling), float(tol)
+        self.max_iter = check_positive_int("max_iter", max_iter)
+        self.backend = backend
+        self.truncate = check_positive("truncate", truncate)
+        self.cluster_scale = (
+            None if cluster_scale is None else check_positive("cluster_scale", cluster_scale)
+        )
+        self.dense_memory_limit = float(dense_memory_limit)
+        self._keops_failed = False
+        self._warned_not_converged = not warn_not_converged
+
+    # -- backend choice ---------------------------------------------------------------------
+    def choose_backend(self, n: int, m: int, dim: int) -> str:
+        """The backend a solve of ``n × m`` points in dimension ``dim`` uses."""
+        if self.backend != "auto":
+            return self.backend
+        if self._keops_failed or keops_import_error() is not None:
+            return "tensorized"
+        if dim <= 3 and n * m > MULTISCALE_MIN_PAIRS:
+            return "multiscale"
+        if 3 * n * m * 4 > self.dense_memory_limit:
+            return "online"
+        return "tensorized"
+
+    # -- solve ------------------------------------------------------------------------------
+    def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo]:
+        """W_{c,λ}(x, y) for clouds ``(N, D)``, ``(M, D)``, and the :class:`SinkhornInfo`."""
+        if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
+            raise ValueError(
+                f"x and y must be (N, D) and (M, D) clouds, got {tuple(x.shape)}, {tuple(y.shape)}"
+            )
+        if x.shape[0] == 0 or y.shape[0] == 0:
+            raise ValueError("x and y must each hold at least one point")
+        y = y.to(x.dtype)
+        backend = self.choose_backend(x.shape[0], y.shape[0], x.shape[1])
+        if backend in ("online", "multiscale"):
+            error = keops_import_error()
+            if error is not None:
+                raise RuntimeError(KEOPS_MISSING.format(backend=backend, err=error))
+            if backend == "multiscale" and x.shape[1] > 3:
+                raise ValueError(
+                    f"backend='multiscale' is for dimension d <= 3, got d = {x.shape[1]}; "
+                    "use 'online' (any dimension, O(N + M) memory) or 'auto'"
+                )
+            try:
+                return self._solve(backend, x, y)
+            except Exception as err:
+                if self.backend != "auto" or isinstance(err, torch.cuda.OutOfMemoryError):
+                    raise
+                self._keops_failed = True
+                warnings.warn(
+                    f"EntropicSolver: KeOps failed ({type(err).__name__}: {err}); backend 'auto' "
+                    "falls back to the dense 'tensorized' backend for the rest of this run",
+                    stacklevel=2,
+                )
+                backend = "tensorized"
+        return self._solve(backend, x, y)
+
+    def _solve(self, backend: str, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo]:
+        eps_list = epsilon_schedule(self.diameter, self.reg, self.p, self.scaling)
+        eps = self.reg
+        log_a = x.new_full((x.shape[0],), -math.log(x.shape[0]))
+        log_b = x.new_full((y.shape[0],), -math.log(y.shape[0]))
+        with torch.no_grad():
+            if backend == "multiscale":
+                kernel, f, g = self._multiscale_start(x, y, log_a, log_b, eps_list)
+            else:
+                kernel = (_DenseKernel if backend == "tensorized" else _KeOpsKernel)(
+                    self.cost, x, y
+                )
+                f = torch.zeros_like(log_a)
+                g = kernel.softmin_y(eps_list[0], log_a)
+                f, g = _anneal(kernel, log_a, log_b, f, g, eps_list[:-1])
+            keops = backend != "tensorized"
+            f_final, f, g, sweeps, error = _converge(
+                kernel, log_a, log_b, f, g, eps, self.tol, self.max_iter, grad=keops
+            )
+        # The dual pair (f_final, g), g = T(f): gradients to x through f_final = T(g), to y
+        # through g (module docstring).
+        if not keops:
+            f_final = kernel.softmin_x_grad(eps, log_b + g / eps)
+        if kernel.y.requires_grad:
+            g = kernel.softmin_y_grad(eps, log_a + f / eps)
+        value = (log_a.exp() * f_final).sum() + (log_b.exp() * g).sum()
+        info = SinkhornInfo(
+            backend=backend,
+            annealing_steps=len(eps_list) - 1,
+            iterations=sweeps,
+            marginal_error=error,
+            tolerance=self.tol,
+            converged=error <= self.tol,
+        )
+        if not info.converged and not self._warned_not_converged:
+            self._warned_not_converged = True
+            warnings.warn(
+                f"Sinkhorn did not reach tol={self.tol:g} in max_iter={self.max_iter} sweeps at "
+                f"λ={self.reg:g} (‖π1 − a‖₁ = {error:.3g}); raise max_iter or tol, or check that "
+                "diameter bounds the data. Reported once; every solve is logged",
+                stacklevel=3,
+            )
+        return value, info
+
+    # -- multiscale -------------------------------------------------------------------------
+    def _scale(self, dim: int) -> float:
+        if self.cluster_scale is not None:
+            return self.cluster_scale
+        return self.diameter / (math.sqrt(dim) * 2000 ** (1.0 / dim))
+
+    def _multiscale_start(self, x, y, log_a, log_b, eps_list: list[float]):
+        """Anneal on the cluster centroids while ε > cluster_scale^p (to convergence when the
+        whole schedule stays above it), truncate the kernel to the cluster pairs that carry
+        mass, extrapolate the potentials to the points and finish the schedule there.
+
+        Returns the block-sparse kernel on the sorted clouds (differentiable gathers of x and
+        y) and the potentials on the points."""
+        scale = self._scale(x.shape[1])
+        perm_x, _, _, xc, ac, rx = clusterize(x.detach(), log_a.exp(), scale)
+        perm_y, _, _, yc, bc, ry = clusterize(y.detach(), log_b.exp(), scale)
+        coarse = _DenseKernel(self.cost, xc, yc)
+        log_ac, log_bc = ac.log(), bc.log()
+        fine_eps = [eps for eps in eps_list if eps <= scale**self.p]
+        coarse_eps = eps_list[: len(eps_list) - len(fine_eps)] or eps_list[:1]
+        fc = torch.zeros_like(log_ac)
+        gc = coarse.softmin_y(coarse_eps[0], log_ac)
+        fc, gc = _anneal(coarse, log_ac, log_bc, fc, gc, coarse_eps)
+        eps = coarse_eps[-1]
+        if not fine_eps:  # the target ε is coarse: solve the centroid problem to tolerance
+            _, fc, gc, _, _ = _converge(
+                coarse, log_ac, log_bc, fc, gc, eps, self.tol, self.max_iter, grad=False
+            )
+        keep = fc[:, None] + gc[None, :] > coarse.matrix - self.truncate * eps
+        ranges = block_sparse_ranges(rx, ry, keep)
+        with torch.enable_grad():
+            x, y = x[perm_x], y[perm_y]
+        g = keops_softmin(self.cost, y.detach(), xc, log_ac + fc / eps, eps)
+        f = keops_softmin(self.cost, x.detach(), yc, log_bc + gc / eps, eps)
+        kernel = _KeOpsKernel(self.cost, x, y, ranges)
+        f, g = _anneal(kernel, log_a, log_b, f, g, fine_eps[:-1])
+        return kernel, f, g
