@@ -20,6 +20,20 @@ class _RecordRelease(Callback):
         (self.out_dir / f"rank{trainer.global_rank}.json").write_text(json.dumps(digest))
 
 
+def _two_rank_trainer(callback: Callback) -> L.Trainer:
+    return L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+
+
 def test_ddp_ranks_load_the_same_release(tmp_path):
     # Secret seed: two ranks privatizing independently would produce different releases.
     dm = PrivatizedDataModule(
@@ -30,17 +44,7 @@ def test_ddp_ranks_load_the_same_release(tmp_path):
         batch_size=50,
         cache_dir=str(tmp_path / "cache"),
     )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp_spawn",
-        max_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[_RecordRelease(tmp_path)],
-    )
+    trainer = _two_rank_trainer(_RecordRelease(tmp_path))
     trainer.fit(EntropicWGAN(MLPGenerator(2, (2,), (16,))), dm)
     digests = {json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
     assert len(digests) == 1
@@ -75,17 +79,7 @@ def test_full_batch_ddp_gives_every_rank_the_whole_cached_release(tmp_path):
         batch_size=None,
         cache_dir=str(tmp_path / "cache"),
     )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp_spawn",
-        max_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[_RecordBatch(tmp_path)],
-    )
+    trainer = _two_rank_trainer(_RecordBatch(tmp_path))
     model = EntropicWGAN(MLPGenerator(2, (2,), (16,)), generated_batch_size=64)
     trainer.fit(model, dm)
     facts = [json.loads((tmp_path / f"batch{r}.json").read_text()) for r in (0, 1)]
