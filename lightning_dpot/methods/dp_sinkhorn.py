@@ -82,7 +82,8 @@ class DPSinkhorn(GeneratorModule):
         num_cross: n, generated cross rows per step; default round(q·M) (paper: n = q·M = 50).
         latent_range: z ~ Unif[low, high]^latent_dim (official code: [0, 1]).
         lr, weight_decay, betas: Adam (paper 10⁻⁴ MNIST / 10⁻⁵ others, 2·10⁻⁵, (0.9, 0.999)).
-        sinkhorn_scaling: geomloss ε-scaling ratio (0.5 = geomloss' default, as in the paper).
+        sinkhorn_scaling: ε-scaling ratio of the annealing (0.5 = geomloss' default, as in the
+            paper); every solve then iterates at λ to the solver's tolerance.
         noise_seed: ``None`` = secret noise from OS entropy; an integer makes the noise
             reproducible and **voids the guarantee** for anyone who knows it (tests only).
         secure_rng: noise from the OS CSPRNG instead (``docs/secure_noise.md``).
