@@ -3,7 +3,10 @@ POT, on the same clouds, λ and cost; fwd+bwd time, peak extra memory, sweeps to
 
 Conventions: W_{2,λ}(‖·‖²) = 2·OT_{λ/2}(½‖·‖²) in geomloss (blur = √(λ/2), value doubled);
 p = 1 is geomloss with the ℓ1 cost as a dense callable (tensorized) — its KeOps backends have
-no ℓ1 formula. POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense cost (float64).
+no ℓ1 formula. ``previous`` is ``EntropicOT`` before issue 12 (geomloss tensorized, our cost,
+scaling 0.95, one sweep at λ). POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense
+cost (float64, to ``stopThr`` 1e-6); it returns the transport cost ⟨π, C⟩ without the entropy
+term, so its value is not comparable, only its time.
 Peak memory is the growth of the process' maximum RSS during the call (a lower bound when an
 earlier case already raised the maximum, hence each case runs in a fresh process).
 
@@ -58,6 +61,16 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
 
         def call(xr):
             return loss(xr, y)
+    elif impl == "previous":  # EntropicOT before issue 12: geomloss, our cost, scaling 0.95
+        from geomloss import SamplesLoss
+
+        gl = SamplesLoss(
+            "sinkhorn", p=p, blur=reg ** (1 / p), diameter=diameter, scaling=0.95,
+            debias=False, cost=lp_cost(p), backend="tensorized",
+        )  # fmt: skip
+
+        def call(xr):
+            return gl(xr, y)
     elif impl.startswith("geomloss-"):
         from geomloss import SamplesLoss
 
@@ -109,6 +122,17 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
     }
 
 
+def _skip_reason(impl: str, n: int, m: int, dim: int, p: int, args) -> str | None:
+    if impl == "geomloss-multiscale" and (dim > 3 or p == 1):
+        return "geomloss multiscale: d <= 3 and no ℓ1 KeOps cost"
+    if impl == "pot" and n * m > args.max_pot_pairs:
+        return f"POT dense float64 log-domain: more than {args.max_pot_pairs:g} pairs"
+    dense = impl in ("ours-tensorized", "geomloss-tensorized", "previous")
+    if dense and n * m > args.max_dense_pairs:
+        return f"dense N×M: more than {args.max_dense_pairs:g} pairs"
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=list(CASES))
@@ -118,6 +142,7 @@ def main() -> None:
         default=[
             "ours-auto",
             "ours-tensorized",
+            "previous",
             "geomloss-tensorized",
             "geomloss-multiscale",
             "pot",
@@ -125,6 +150,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-dense-pairs", type=float, default=5e7)
+    parser.add_argument("--max-pot-pairs", type=float, default=1e6)
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -135,13 +161,9 @@ def main() -> None:
     for case in args.cases:
         n, m, dim, p = CASES[case]
         for impl in args.impls:
-            dense = impl in ("ours-tensorized", "geomloss-tensorized", "pot") or (
-                impl.startswith("geomloss") and p == 1
-            )
-            if (dense and n * m > args.max_dense_pairs) or (
-                impl == "geomloss-multiscale" and dim > 3
-            ):
-                rows.append({"case": case, "impl": impl, "skipped": "dense N×M or d > 3"})
+            skip = _skip_reason(impl, n, m, dim, p, args)
+            if skip:
+                rows.append({"case": case, "impl": impl, "skipped": skip})
                 continue
             cmd = [sys.executable, __file__, "--one", case, impl, "--repeats", str(args.repeats)]
             out = subprocess.run(cmd, capture_output=True, text=True)

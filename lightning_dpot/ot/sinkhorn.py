@@ -89,9 +89,14 @@ def epsilon_schedule(diameter: float, reg: float, p: int, scaling: float) -> lis
 
 
 def _lse_(buf: Tensor, dim: int) -> Tensor:
-    """LSE of ``buf`` along ``dim``, computed in place in ``buf`` (its contents are lost)."""
+    """LSE of ``buf`` along ``dim``, computed in place in ``buf`` (its contents are lost).
+
+    Exponents below −80 are raised to −80 before ``exp``: their terms (< e^{−80} ≈ 1.8e−35 each,
+    against a largest term of 1) change the sum by a relative M·e^{−80}, but as float32
+    subnormals they would make ``exp`` about 10× slower on x86 CPUs (measured: 2.5 ms vs 0.2 ms
+    for 400 × 400 at λ = 10⁻³·diameter²)."""
     top = buf.amax(dim, keepdim=True)
-    buf.sub_(top).exp_()
+    buf.sub_(top).clamp_min_(-80.0).exp_()
     return top.squeeze(dim) + buf.sum(dim).log_()
 
 
