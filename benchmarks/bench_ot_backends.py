@@ -11,6 +11,8 @@ Peak memory is the growth of the process' maximum RSS during the call (a lower b
 earlier case already raised the maximum, hence each case runs in a fresh process).
 
     python benchmarks/bench_ot_backends.py --out docs/results/bench_ot_backends_cpu.json
+    python benchmarks/bench_ot_backends.py --device cuda --max-dense-pairs 1e9 \\
+        --out docs/results/bench_ot_backends_h100.json
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ CASES = {
     "2000x20000_2d_p2": (2000, 20_000, 2, 2),
     "2000x20000_2d_p1": (2000, 20_000, 2, 1),
     "20000x20000_2d_p2": (20_000, 20_000, 2, 2),
+    "2000x400000_2d_p2": (2000, 400_000, 2, 2),  # paper 001 Fig. 1-2, one full-batch step
+    "2000x400000_2d_p1": (2000, 400_000, 2, 1),
 }
 
 
@@ -35,10 +39,11 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_one(case: str, impl: str, repeats: int) -> dict:
+def run_one(case: str, impl: str, repeats: int, device: str) -> dict:
     import torch
 
     torch.set_num_threads(1)
+    cuda = device.startswith("cuda")
     n, m, dim, p = CASES[case]
     gen = torch.Generator().manual_seed(0)
     if dim == 2:  # generated batch in [-1, 1]², release = half-circle + Gaussian noise σ = 1.59
@@ -51,6 +56,7 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
         x = torch.rand(n, dim, generator=gen) * 2 - 1
         y = torch.rand(m, dim, generator=gen) * 2 - 1 + 0.5 * torch.randn(m, dim, generator=gen)
         sigma = 0.5
+    x, y = x.to(device), y.to(device)
     reg = p * sigma**p
     diameter = (2 * dim**0.5 if p == 2 else 2 * dim) + 8 * sigma * (dim**0.5 if p == 2 else dim)
     from lightning_dpot.ot import EntropicOT, lp_cost
@@ -71,7 +77,7 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
 
         def call(xr):
             return gl(xr, y)
-    elif impl.startswith("geomloss-"):
+    elif impl.startswith("geomloss-"):  # tensorized, online or multiscale
         from geomloss import SamplesLoss
 
         backend = impl[9:]
@@ -96,19 +102,31 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
 
         def call(xr):
             cost = lp_cost(p)(xr.double(), y.double())
-            a = torch.full((n,), 1.0 / n, dtype=torch.float64)
-            b = torch.full((m,), 1.0 / m, dtype=torch.float64)
+            a = torch.full((n,), 1.0 / n, dtype=torch.float64, device=device)
+            b = torch.full((m,), 1.0 / m, dtype=torch.float64, device=device)
             return ot.sinkhorn2(a, b, cost, reg, method="sinkhorn_log", numItermax=2000,
                                 stopThr=1e-6)  # fmt: skip
 
     times = []
     base = _rss_mb()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        base_gpu = torch.cuda.memory_allocated()
     for _ in range(repeats):
         xr = x.clone().requires_grad_(True)
+        if cuda:
+            torch.cuda.synchronize()
         start = time.perf_counter()
         value = call(xr)
         value.backward()
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+    memory = (
+        {"peak_extra_gpu_mb": (torch.cuda.max_memory_allocated() - base_gpu) / 2**20}
+        if cuda
+        else {"peak_extra_mb": _rss_mb() - base}
+    )
     if impl.startswith("ours-"):
         info = loss.last_info.as_dict()
     return {
@@ -117,7 +135,8 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
         "value": float(value),
         "seconds_first": times[0],
         "seconds": min(times),
-        "peak_extra_mb": _rss_mb() - base,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        **memory,
         "sinkhorn": info,
     }
 
@@ -125,6 +144,10 @@ def run_one(case: str, impl: str, repeats: int) -> dict:
 def _skip_reason(impl: str, n: int, m: int, dim: int, p: int, args) -> str | None:
     if impl == "geomloss-multiscale" and (dim > 3 or p == 1):
         return "geomloss multiscale: d <= 3 and no ℓ1 KeOps cost"
+    if impl == "geomloss-online" and p == 1:
+        return "geomloss online: no ℓ1 KeOps cost"
+    if impl == "ours-multiscale" and dim > 3:
+        return "multiscale: d <= 3"
     if impl == "pot" and n * m > args.max_pot_pairs:
         return f"POT dense float64 log-domain: more than {args.max_pot_pairs:g} pairs"
     dense = impl in ("ours-tensorized", "geomloss-tensorized", "previous")
@@ -151,11 +174,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-dense-pairs", type=float, default=5e7)
     parser.add_argument("--max-pot-pairs", type=float, default=1e6)
+    parser.add_argument(
+        "--device", default="cpu", help="cpu or cuda (memory: growth of torch's peak allocation)"
+    )
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one[0], args.one[1], args.repeats)))
+        print(json.dumps(run_one(args.one[0], args.one[1], args.repeats, args.device)))
         return
     rows = []
     for case in args.cases:
@@ -166,6 +192,7 @@ def main() -> None:
                 rows.append({"case": case, "impl": impl, "skipped": skip})
                 continue
             cmd = [sys.executable, __file__, "--one", case, impl, "--repeats", str(args.repeats)]
+            cmd += ["--device", args.device]
             out = subprocess.run(cmd, capture_output=True, text=True)
             lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
             row = (

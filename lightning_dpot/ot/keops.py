@@ -12,7 +12,11 @@ load the compiled module at once.
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
+import subprocess
+import sys
 from functools import lru_cache
 
 import torch
@@ -37,6 +41,62 @@ def keops_import_error() -> str | None:
     except Exception as err:  # ImportError, or a broken build environment
         return f"{type(err).__name__}: {err}"
     return None
+
+
+_PROBE = """
+import json, sys
+import torch
+from lightning_dpot.ot.keops import _probe_kernel
+formula, params, dim, dtype, device = sys.argv[1:]
+_probe_kernel(formula, json.loads(params), int(dim), getattr(torch, dtype), device)
+"""
+
+
+def keops_cuda_error(
+    cost: GroundCost, dim: int, dtype: torch.dtype, device: torch.device | str
+) -> str | None:
+    """``None`` when the cost's Sinkhorn kernel (forward and gradient) compiles and runs under
+    KeOps on ``device``, else the reason, found in a child process.
+
+    KeOps' CUDA JIT can kill the process that calls it: with a toolkit it does not support
+    (seen: KeOps 2.3, CUDA 13.0, an H100) its ``nvrtc`` compile step segfaults, which no
+    ``except`` catches. The child takes the crash and the caller gets a message; the kernels a
+    healthy child compiles land in KeOps' disk cache, so the caller then loads them at once.
+    Checked once per (formula, dimension, dtype, device) and process.
+    """
+    params = json.dumps(dict(sorted(cost.keops_params.items())))
+    return _child_error(cost.keops_formula, params, dim, str(dtype).split(".")[-1], str(device))
+
+
+@lru_cache(maxsize=64)
+def _child_error(formula: str, params: str, dim: int, dtype: str, device: str) -> str | None:
+    log.info("KeOps: compiling and checking the kernel for %s on %s (child)", formula, device)
+    args = [sys.executable, "-c", _PROBE, formula, params, str(dim), dtype, device]
+    try:
+        child = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        return f"KeOps' kernel for {formula!r} did not compile within 900 s on {device}"
+    if child.returncode == 0:
+        return None
+    if child.returncode < 0:
+        how = f"was killed by {signal.Signals(-child.returncode).name}"
+    else:
+        lines = [line for line in child.stderr.splitlines() if line.strip()]
+        how = f"failed: {lines[-1] if lines else f'exit status {child.returncode}'}"
+    return f"KeOps' kernel for {formula!r} on {device} {how} when compiled in a child process"
+
+
+def _probe_kernel(
+    formula: str, params: dict[str, float], dim: int, dtype: torch.dtype, device: str
+) -> None:
+    """Run the Sinkhorn kernel of ``formula`` forward and backward on a few points."""
+    cost = GroundCost()
+    cost.keops_formula, cost.keops_params = formula, params
+    x, y = (torch.rand(n, dim, dtype=dtype, device=device, requires_grad=True) for n in (5, 7))
+    h = torch.zeros(7, dtype=dtype, device=device, requires_grad=True)
+    keops_softmin(cost, x, y, h, 0.5).sum().backward()
+    if not all(torch.isfinite(t.grad).all() for t in (x, y, h)):
+        raise RuntimeError("non-finite gradient")
 
 
 @lru_cache(maxsize=64)

@@ -33,9 +33,14 @@ the plan of (f, g*) whose rows sum exactly to a (geomloss' "last extrapolation")
   extrapolated to the points and the kernel is truncated to the cluster pairs with
   f_k + g_l > C_kl − truncate·ε (Schmitzer 2016; geomloss' multiscale scheme); the remaining
   sweeps run block-sparse on the points.
-* ``auto``: ``multiscale`` for d ≤ 3 above ``2^20`` pairs, ``online`` when the dense solve would
-  need more than ``dense_memory_limit`` bytes, else ``tensorized``; without a working KeOps it
-  warns once and stays dense.
+* ``auto``: on the CPU, ``multiscale`` for d ≤ 3 above ``2^20`` pairs, ``online`` when the
+  dense solve would need more than ``dense_memory_limit`` bytes (1 GiB), else ``tensorized``. On
+  a GPU the dense sweeps are fast (2,000 × 400,000 points, p = 2: 0.6 s on an H100), so ``auto``
+  stays dense while the solve fits in half the free device memory and only then takes
+  ``multiscale`` (d ≤ 3) or ``online``. Without a working KeOps it warns once and stays dense.
+  On a GPU, each KeOps kernel is first compiled and run in a child process
+  (:func:`~lightning_dpot.ot.keops.keops_cuda_error`): a CUDA toolchain KeOps cannot use crashes
+  that child, not the training run.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from lightning_dpot.ot.keops import (
     KEOPS_MISSING,
     block_sparse_ranges,
     clusterize,
+    keops_cuda_error,
     keops_import_error,
     keops_softmin,
 )
@@ -187,7 +193,8 @@ class EntropicSolver:
         backend: ``auto`` | ``tensorized`` | ``online`` | ``multiscale``.
         truncate: multiscale kernel truncation, in units of ε.
         cluster_scale: multiscale grid side (default diameter / (√d · 2000^{1/d}), geomloss').
-        dense_memory_limit: bytes above which ``auto`` leaves the dense backend.
+        dense_memory_limit: bytes above which ``auto`` leaves the dense backend (default: 1 GiB
+            on the CPU, half the free memory of a GPU).
         warn_not_converged: warn (once) when a solve misses ``tol``.
     """
 
@@ -203,7 +210,7 @@ class EntropicSolver:
         backend: Backend = "auto",
         truncate: float = 10.0,
         cluster_scale: float | None = None,
-        dense_memory_limit: float = 2**30,
+        dense_memory_limit: float | None = None,
         warn_not_converged: bool = True,
     ) -> None:
         if backend not in BACKENDS:
@@ -222,22 +229,38 @@ class EntropicSolver:
         self.cluster_scale = (
             None if cluster_scale is None else check_positive("cluster_scale", cluster_scale)
         )
-        self.dense_memory_limit = float(dense_memory_limit)
+        self.dense_memory_limit = (
+            None
+            if dense_memory_limit is None
+            else check_positive("dense_memory_limit", dense_memory_limit)
+        )
         self._keops_failed = False
         self._warned_not_converged = not warn_not_converged
 
     # -- backend choice ---------------------------------------------------------------------
-    def choose_backend(self, n: int, m: int, dim: int) -> str:
-        """The backend a solve of ``n × m`` points in dimension ``dim`` uses."""
+    def dense_limit(self, device: torch.device) -> float:
+        """Bytes the dense solve may take on ``device`` before ``auto`` leaves it."""
+        if self.dense_memory_limit is not None:
+            return self.dense_memory_limit
+        if device.type == "cuda":
+            return torch.cuda.mem_get_info(device)[0] / 2
+        return float(2**30)
+
+    def choose_backend(
+        self, n: int, m: int, dim: int, device: torch.device | str = "cpu", itemsize: int = 4
+    ) -> str:
+        """The backend a solve of ``n × m`` points in dimension ``dim`` on ``device`` uses."""
         if self.backend != "auto":
             return self.backend
         if self._keops_failed or keops_import_error() is not None:
             return "tensorized"
+        device = torch.device(device)
+        fits_dense = 3 * n * m * itemsize <= self.dense_limit(device)
+        if device.type == "cuda" and fits_dense:
+            return "tensorized"
         if dim <= 3 and n * m > MULTISCALE_MIN_PAIRS:
             return "multiscale"
-        if 3 * n * m * 4 > self.dense_memory_limit:
-            return "online"
-        return "tensorized"
+        return "tensorized" if fits_dense else "online"
 
     # -- solve ------------------------------------------------------------------------------
     def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo]:
@@ -249,16 +272,29 @@ class EntropicSolver:
         if x.shape[0] == 0 or y.shape[0] == 0:
             raise ValueError("x and y must each hold at least one point")
         y = y.to(x.dtype)
-        backend = self.choose_backend(x.shape[0], y.shape[0], x.shape[1])
+        n, m, dim = x.shape[0], y.shape[0], x.shape[1]
+        backend = self.choose_backend(n, m, dim, x.device, x.element_size())
         if backend in ("online", "multiscale"):
             error = keops_import_error()
             if error is not None:
                 raise RuntimeError(KEOPS_MISSING.format(backend=backend, err=error))
-            if backend == "multiscale" and x.shape[1] > 3:
+            if backend == "multiscale" and dim > 3:
                 raise ValueError(
-                    f"backend='multiscale' is for dimension d <= 3, got d = {x.shape[1]}; "
+                    f"backend='multiscale' is for dimension d <= 3, got d = {dim}; "
                     "use 'online' (any dimension, O(N + M) memory) or 'auto'"
                 )
+            if x.is_cuda:
+                error = keops_cuda_error(self.cost, dim, x.dtype, x.device)
+                if error is not None and self.backend != "auto":
+                    raise RuntimeError(error)
+                if error is not None:
+                    self._keops_failed = True
+                    warnings.warn(
+                        f"EntropicSolver: {error}; backend 'auto' uses the dense 'tensorized' "
+                        "backend for the rest of this run",
+                        stacklevel=2,
+                    )
+                    return self._solve("tensorized", x, y)
             try:
                 return self._solve(backend, x, y)
             except Exception as err:

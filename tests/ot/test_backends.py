@@ -9,6 +9,7 @@ disk), so these tests use few formulas: ℓ1 and ‖·‖² in 2-D and ‖·‖�
 import pytest
 import torch
 
+import lightning_dpot.ot.keops as keops
 import lightning_dpot.ot.sinkhorn as sinkhorn
 from lightning_dpot.ot import EntropicOT, EntropicSolver, LpCost, entropic_plan_newton, lp_cost
 from lightning_dpot.ot.reference import entropic_gradient, entropic_value
@@ -71,6 +72,33 @@ def test_auto_chooses_by_size_and_dimension():
     assert solver.choose_backend(2000, 20_000, 2) == "multiscale"
     assert solver.choose_backend(20_000, 60_000, 784) == "online"
     assert solver.choose_backend(100, 100, 2) == "tensorized"
+
+
+def test_auto_stays_dense_on_a_gpu_while_the_solve_fits():
+    """On a GPU the dense sweeps are fast: the paper-scale 2,000 × 400,000 solve stays dense
+    when it fits in the device memory budget, and leaves it only beyond."""
+    roomy = EntropicSolver(LpCost(2), 2, 1.0, 10.0, dense_memory_limit=16 * 2**30)
+    assert roomy.choose_backend(2000, 400_000, 2, "cuda") == "tensorized"
+    assert roomy.choose_backend(2000, 400_000, 2, "cpu") == "multiscale"
+    tight = EntropicSolver(LpCost(2), 2, 1.0, 10.0, dense_memory_limit=2**30)
+    assert tight.choose_backend(2000, 400_000, 2, "cuda") == "multiscale"
+    assert tight.choose_backend(20_000, 60_000, 784, "cuda") == "online"
+    assert tight.choose_backend(2000, 20_000, 2, "cuda", itemsize=4) == "tensorized"
+    assert tight.choose_backend(2000, 60_000, 2, "cuda", itemsize=8) == "multiscale"
+
+
+def test_a_keops_kernel_that_crashes_its_process_is_reported_not_fatal(monkeypatch):
+    """KeOps' CUDA JIT can segfault (KeOps 2.3 under CUDA 13); the check runs it in a child, so
+    the caller gets the reason, and a kernel that fails to build is reported the same way."""
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    monkeypatch.setattr(keops, "_PROBE", crash)
+    keops._child_error.cache_clear()
+    error = keops.keops_cuda_error(LpCost(2), 2, torch.float32, "cpu")
+    assert "was killed by SIGSEGV" in error and "SqDist(X, Y)" in error
+    monkeypatch.undo()
+    keops._child_error.cache_clear()
+    error = keops._child_error("Nonsense(X)", "{}", 2, "float32", "cpu")
+    assert "failed" in error and "Nonsense" in error
 
 
 def test_without_keops_auto_stays_dense_and_explicit_requests_fail_clearly(monkeypatch):
