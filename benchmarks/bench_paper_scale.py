@@ -1,6 +1,6 @@
 """Seconds per training step of shipped configs, run as ``dpot fit`` runs them.
 
-Each config is parsed by the project's CLI (``DpotCLI``: same classes, same defaults), the
+Each config is parsed by the project's CLI (``run_lightning``: same classes, same defaults), the
 Trainer gets ``max_steps`` = warm-up + timed steps, no logger and no checkpoints, and a callback
 times every optimizer step (``torch.cuda.synchronize`` around it on a GPU). The release is drawn
 and cached by the data module exactly as in a real run. Reported per config: the median and
@@ -27,8 +27,7 @@ import time
 import lightning as L
 import torch
 
-from lightning_dpot.callbacks import LDPPrivacyReport, RunReport
-from lightning_dpot.cli import DpotCLI
+from lightning_dpot.cli import run_lightning
 
 
 class StepTimer(L.Callback):
@@ -54,15 +53,8 @@ class StepTimer(L.Callback):
 def time_config(
     config: str, steps: int, warmup: int, accelerator: str, root: str, extra: list[str]
 ) -> dict:
-    cli = DpotCLI(
-        L.LightningModule,
-        L.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
-        save_config_kwargs={"overwrite": True},
-        run=False,
-        args=[
+    cli = run_lightning(
+        [
             "--config", config,
             "--trainer.max_steps", str(warmup + steps),
             "--trainer.logger", "false",
@@ -73,6 +65,7 @@ def time_config(
             "--trainer.default_root_dir", root,
             *extra,
         ],
+        run=False,
     )  # fmt: skip
     timer = StepTimer()
     cli.trainer.callbacks.append(timer)

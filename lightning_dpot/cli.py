@@ -1,7 +1,9 @@
 """The ``dpot`` command.
 
 * ``dpot fit | validate | test | predict`` — LightningCLI over any method module and datamodule
-  (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir.
+  (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir,
+  and every private run has an accountant: the config's ``PrivacyAccountantCallback``, or one
+  attached that reports without a budget.
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.
 * ``dpot account ...`` — privacy calculators (``dpot account --help``).
@@ -19,12 +21,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 
-from lightning_dpot.callbacks import LDPPrivacyReport, RunReport
+from lightning_dpot.callbacks import LDPPrivacyReport, PrivacyAccountantCallback, RunReport
 from lightning_dpot.commands import account
 from lightning_dpot.plugins import AtomicCheckpointIO
+from lightning_dpot.privacy.contract import ReleasesPrivateData
 
 EXTRA_COMMANDS = {
     "privatize": "privatize a dataset once (local DP) and write the release file",
@@ -36,7 +40,10 @@ EXTRA_COMMANDS = {
 
 class DpotCLI(LightningCLI):
     """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
-    ``CheckpointIO`` plugin (added at instantiation, so ``config.yaml`` stays as written)."""
+    ``CheckpointIO`` plugin, and accounts every private run: a module that releases private
+    data (:class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`) and whose config names
+    no accountant gets a reporting-only ``PrivacyAccountantCallback``. Both are added at
+    instantiation, so ``config.yaml`` stays as written."""
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={}) or {}
@@ -44,13 +51,25 @@ class DpotCLI(LightningCLI):
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
             plugins.append(AtomicCheckpointIO())
-        return super().instantiate_trainer(plugins=plugins, **kwargs)
+        trainer = super().instantiate_trainer(plugins=plugins, **kwargs)
+        model = getattr(self, "model", None)
+        accounted = any(isinstance(cb, PrivacyAccountantCallback) for cb in trainer.callbacks)
+        if isinstance(model, ReleasesPrivateData) and model.is_private and not accounted:
+            # Before the checkpoint callbacks (Lightning keeps them last), so that a checkpoint
+            # saved at the end of a batch holds the accountant's state after that batch.
+            first = next(
+                (i for i, cb in enumerate(trainer.callbacks) if isinstance(cb, Checkpoint)),
+                len(trainer.callbacks),
+            )
+            trainer.callbacks.insert(first, PrivacyAccountantCallback())
+        return trainer
 
 
-def run_lightning(args: Sequence[str]) -> LightningCLI:
+def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
     """LightningCLI over any module/datamodule; the LDP privacy report and the run report
     (report.json) are attached to every run, after the config's own callbacks, and checkpoints
-    are written atomically (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`)."""
+    are written atomically (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`). ``run=False``
+    only builds the model, datamodule and trainer (``args`` then hold no subcommand)."""
     return DpotCLI(
         L.LightningModule,
         L.LightningDataModule,
@@ -58,6 +77,7 @@ def run_lightning(args: Sequence[str]) -> LightningCLI:
         subclass_mode_data=True,
         trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
         save_config_kwargs={"overwrite": True},
+        run=run,
         args=list(args),
     )
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from lightning_dpot.data.ledger import LEDGER_ENV
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -35,3 +38,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def private_ledger(tmp_path_factory):
+    """Each test's releases go to a privacy ledger of its own, not the user's
+    (:mod:`lightning_dpot.data.ledger`); child processes inherit it."""
+    previous = os.environ.get(LEDGER_ENV)
+    os.environ[LEDGER_ENV] = str(tmp_path_factory.mktemp("ledger"))
+    yield
+    if previous is None:
+        os.environ.pop(LEDGER_ENV, None)
+    else:
+        os.environ[LEDGER_ENV] = previous

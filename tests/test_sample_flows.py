@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-import lightning_dpot.methods.dpsw as dpsw
+import lightning_dpot.privacy.sliced_release as sliced_release
 from lightning_dpot.cli import main
 from lightning_dpot.commands.checkpoint import (
     load_model,
@@ -30,15 +30,15 @@ W2_ARGS = ["--metrics", "w2", "--num-samples", "16", "--w2-subsample", "8", "--w
 
 @pytest.fixture
 def release_spy(monkeypatch) -> list[int]:
-    """Rows of every call of the Gaussian sliced release (the only mechanism of dpsw.py)."""
+    """Rows of every call of the Gaussian sliced release (the only mechanism of the flows)."""
     calls: list[int] = []
-    real = dpsw.gaussian_sliced_release
+    real = sliced_release.gaussian_sliced_release
 
     def spy(x, theta, sigma, generator=None, **kw):
         calls.append(int(x.shape[0]))
         return real(x, theta, sigma, generator, **kw)
 
-    monkeypatch.setattr(dpsw, "gaussian_sliced_release", spy)
+    monkeypatch.setattr(sliced_release, "gaussian_sliced_release", spy)
     return calls
 
 
@@ -108,8 +108,8 @@ def test_toy_flow_checkpoint_samples_and_evaluates_without_a_new_release(
 
     model, _ = load_model(ckpt)
     assert len(release_spy) == fitted_calls, "sampling / evaluating called the mechanism"
-    assert model.mechanism_calls == state["dpsw_mechanism_calls"] == fitted_calls
-    assert model.noise_sigma == state["dpsw_noise_sigma"]
+    assert model.mechanism_calls == state["dpsw_release"]["events"]["total"] == fitted_calls
+    assert model.noise_sigma == state["dpsw_release"]["calibration"][0]
     if cls == "DPSWFlow":  # the one cached release comes back from the checkpoint as saved
         assert bool(model.released)
         for name in ("theta", "release_sorted"):

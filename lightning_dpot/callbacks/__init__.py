@@ -3,6 +3,7 @@
 from lightning_dpot.callbacks.evaluation import FIDEvaluation, UtilityEvaluation, W2Evaluation
 from lightning_dpot.callbacks.ldp_report import LDPPrivacyReport
 from lightning_dpot.callbacks.manifold import ManifoldEvaluation
+from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.callbacks.run_report import RunReport
 from lightning_dpot.callbacks.samples import SampleGrid
 
@@ -10,6 +11,7 @@ __all__ = [
     "FIDEvaluation",
     "LDPPrivacyReport",
     "ManifoldEvaluation",
+    "PrivacyAccountantCallback",
     "RunReport",
     "SampleGrid",
     "UtilityEvaluation",

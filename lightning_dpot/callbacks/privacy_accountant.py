@@ -1,59 +1,65 @@
-"""Central-DP budget: compose every optimizer step, log ε, stop before the target is exceeded.
+"""The accountant: compose every privacy event a run emits, log (ε, δ), stop before a target,
+and write the one privacy report.
 
-Contract with the LightningModule
----------------------------------
-A private module defines ``dp_step() -> dict | None`` returning
-``{"noise_multiplier": σ, "sample_rate": q}``: what ONE optimizer step (one increment of
-``trainer.global_step``) releases, as one step of the Poisson-subsampled Gaussian mechanism
-(:mod:`lightning_dpot.privacy.accountants`) under add/remove-one adjacency. A module that releases
-a fixed-size batch of ``b`` of its ``n`` records drawn uniformly without replacement adds
-``"sampling": "without_replacement", "dataset_size": n, "batch_size": b`` (and ``sample_rate``
-``= b/n``); the step is then accounted as the subsampled Gaussian without replacement under
-replace-one adjacency (Wang, Balle, Kasiviswanathan 2019; RDP only, dp-accounting has no PLD for
-it). ``"sampling"`` defaults to ``"poisson"``; one run (and its checkpoints) uses one scheme.
-σ is the noise standard deviation divided by the ℓ2 sensitivity of what is noised (for
-DP-Sinkhorn's jointly clipped block: std 2Δσ over sensitivity 2Δ, SPEC §6), q the Poisson rate
-of the real-data sampler (:mod:`lightning_dpot.data.poisson`). The module, not the user, knows
-these numbers. ``None`` means "not private" and is refused. ``dp_step`` is called before every
-step (the values may change during training, e.g. a noise schedule) and after it, to look one
-step ahead.
+Contract with the LightningModule (:mod:`lightning_dpot.privacy.contract`)
+-------------------------------------------------------------------------
+A private module subclasses :class:`~lightning_dpot.privacy.contract.ReleasesPrivateData` and
+names its release objects. Each call of a release object on private data emits one typed event
+(:mod:`lightning_dpot.privacy.events`); the callback drains them after every training batch
+(and at the start of training, for releases made before it) and composes exactly those. So the
+count is what happened: one event per micro-batch under gradient accumulation, one per rank's
+own release under DDP, none for a step that released nothing.
+
+* :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` events go to the driving
+  accountant (``"rdp"`` or ``"pld"``; sampling without replacement: RDP only). One run uses one
+  scheme (the adjacency relations differ).
+* one :class:`~lightning_dpot.privacy.events.GaussianRelease` (DPSWflow's single release) is
+  reported with the analytic Gaussian mechanism's ε; more than one, or mixing it with steps, is
+  refused.
+* after every batch, the number of composed events must equal what the module's release objects
+  counted themselves (restored checkpoints included); a mismatch raises instead of reporting a
+  wrong ε.
 
 What the callback does
 ----------------------
-* records one SGM event per optimizer step (``on_train_batch_end``, from the increase of
-  ``trainer.global_step``, so skipped steps cost nothing and manual optimisation works);
-* logs ``epsilon`` (progress bar and logger) and ``privacy/steps``;
-* stops training **before** the first step that would exceed ``target_epsilon`` at ``delta``:
-  after each step it asks whether ε after one more step of the module's current (σ, q) would be
-  above the target and, if so, sets ``trainer.should_stop`` so that Lightning ends the loop before
-  the next batch starts. The decision uses the remaining step budget, computed once per (σ, q) by
-  :meth:`~lightning_dpot.privacy.accountants.PrivacyAccountant.max_additional_steps`, so it is
-  exact and costs nothing per step. ``on_train_batch_start`` re-checks as a safety net; since
-  Lightning ignores a callback's ``-1`` from that hook, a step that would overshoot there (only
-  possible when Lightning cannot stop early because of ``min_steps``/``min_epochs``, or when the
-  module changed (σ, q) between steps) raises :class:`PrivacyBudgetExceededError` instead, before
-  the step runs;
-* keeps its state (the history of (σ, q, steps) runs) in checkpoints through Lightning's stateful
-  callback API, so ``trainer.fit(ckpt_path=...)`` continues the count exactly and ends at the same
-  step and ε as an uninterrupted run. The target may be changed on resume: the restored spent
-  history is what counts (a lower target than what was already spent is refused);
+* logs ``epsilon`` and ``delta`` (progress bar and logger) and ``privacy/releases``;
+* with ``target_epsilon``: stops training **before** the first optimizer step that would exceed
+  it at ``delta``. The look-ahead uses the module's :meth:`~lightning_dpot.privacy.contract.
+  ReleasesPrivateData.next_step_events` times ``accumulate_grad_batches`` and the remaining
+  budget computed once per (σ, q) by :meth:`~lightning_dpot.privacy.accountants.
+  PrivacyAccountant.max_additional_steps`. ``on_train_batch_start`` re-checks as a safety net
+  and raises :class:`PrivacyBudgetExceededError` before a step that would overshoot (only
+  possible when ``min_steps``/``min_epochs`` keep Lightning from stopping). Without a target it
+  only accounts and reports (what ``dpot fit`` attaches to private runs whose config names no
+  accountant);
+* keeps its state (the composed history) in checkpoints, so ``trainer.fit(ckpt_path=...)``
+  continues the count exactly. A checkpoint **without** that state whose module already released
+  (``global_step > 0`` or restored release counts) is refused: the earlier releases would go
+  unaccounted. ``earlier_releases="as_configured"`` declares them instead: each release object's
+  restored count is composed as its configured event (a module whose checkpoint holds no counts
+  is refused even then). Resuming from an *older* checkpoint forgets the releases made after
+  it in another process: use the latest checkpoint of a private run;
+* refuses, before anything is released, a target that the module's pre-training releases
+  (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.planned_events`, DPSWflow's one
+  release) would already exceed;
 * writes ``privacy_report.json`` (rank 0) to ``trainer.log_dir`` at the end of training and
-  contributes the same dict to ``report.json`` (:class:`~lightning_dpot.callbacks.run_report.
-  RunReport`) under ``privacy``.
-
-Not supported: ``accumulate_grad_batches > 1`` (each micro-batch is its own Poisson sample, so one
-optimizer step would be several SGM releases); it is refused at the start of fitting.
+  contributes the same dict to ``report.json`` under ``privacy``: the only writer of both. The
+  report states the adjacency, the assumption that the dataset size N is public (the sample
+  rate, the batch sizes and checkpoints reveal it; SPEC §10), and the module's facts
+  (sensitivity, noise source, whether any seed is public).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
@@ -63,18 +69,17 @@ from lightning_dpot.privacy.accountants import (
     ACCOUNTANTS,
     DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
-    POISSON,
     PrivacyAccountant,
-    check_sampling,
     make_accountant,
-    swor_sample_rate,
 )
-from lightning_dpot.privacy.validation import (
-    check_delta,
-    check_epsilon,
-    check_positive,
-    check_positive_int,
-    check_probability,
+from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.privacy.events import GaussianRelease, PrivacyEvent, SubsampledGaussianStep
+from lightning_dpot.privacy.gaussian import gaussian_epsilon
+from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive_int
+
+DATASET_SIZE_ASSUMPTION = (
+    "the dataset size N is public: the sample rate q, the batch sizes and the checkpoints "
+    "reveal it; the guarantee covers the records, not their number (SPEC §10)"
 )
 
 
@@ -82,95 +87,79 @@ class PrivacyBudgetExceededError(RuntimeError):
     """Raised before an optimizer step that would take ε past the target."""
 
 
-def read_dp_sampling(pl_module: L.LightningModule) -> tuple[str, int | None, int | None]:
-    """``(sampling, dataset_size, batch_size)`` from ``pl_module.dp_step()``, validated.
-
-    ``("poisson", None, None)`` when the module does not say (the default scheme). For
-    ``"without_replacement"`` ``dataset_size`` n and ``batch_size`` b are required, with
-    ``1 <= b <= n`` and ``sample_rate == b/n``.
-    """
+def _private_module(pl_module: L.LightningModule) -> ReleasesPrivateData:
     name = type(pl_module).__name__
-    read_dp_step(pl_module)
-    release = pl_module.dp_step()
-    sampling = check_sampling(release.get("sampling", POISSON))
-    if sampling == POISSON:
-        return sampling, None, None
-    if not {"dataset_size", "batch_size"} <= set(release):
-        raise ValueError(
-            f"{name}.dp_step() declares sampling={sampling!r} and must then also give "
-            f"'dataset_size' and 'batch_size', got {release!r}"
-        )
-    n = check_positive_int(f"{name}.dp_step()['dataset_size']", release["dataset_size"])
-    b = check_positive_int(f"{name}.dp_step()['batch_size']", release["batch_size"])
-    rate = swor_sample_rate(n, b)
-    if not math.isclose(float(release["sample_rate"]), rate, rel_tol=1e-12):
-        raise ValueError(
-            f"{name}.dp_step()['sample_rate']={release['sample_rate']!r} must equal "
-            f"batch_size/dataset_size = {b}/{n} = {rate!r} for sampling {sampling!r}"
-        )
-    return sampling, n, b
-
-
-def read_dp_step(pl_module: L.LightningModule) -> tuple[float, float]:
-    """``(noise_multiplier, sample_rate)`` from ``pl_module.dp_step()``, validated."""
-    name = type(pl_module).__name__
-    dp_step = getattr(pl_module, "dp_step", None)
-    if not callable(dp_step):
+    if not isinstance(pl_module, ReleasesPrivateData):
         raise TypeError(
-            f"{name} has no dp_step() method. PrivacyAccountantCallback needs the module to "
-            "declare what one optimizer step releases: dp_step() -> {'noise_multiplier': sigma, "
-            "'sample_rate': q}"
+            f"{name} does not subclass lightning_dpot.privacy.contract.ReleasesPrivateData: "
+            "PrivacyAccountantCallback composes the events of the module's release objects, "
+            "which the module names in privacy_releases()"
         )
-    release = dp_step()
-    if release is None:
+    if not pl_module.is_private:
         raise ValueError(
-            f"{name}.dp_step() returned None: the module declares that it is not private (no "
-            "noise or no Poisson sampling), so there is no (epsilon, delta) guarantee to account. "
-            "Remove PrivacyAccountantCallback or configure the module with a noise multiplier"
+            f"{name} is not private (its release objects add no noise), so there is no "
+            "(epsilon, delta) guarantee to account. Remove PrivacyAccountantCallback or "
+            "configure the module with noise"
         )
-    if not isinstance(release, Mapping) or not {"noise_multiplier", "sample_rate"} <= set(release):
+    return pl_module
+
+
+def _step_of(events: Sequence[PrivacyEvent], name: str) -> SubsampledGaussianStep | None:
+    """The one (σ, q) step a batch emits (``None``: batches emit nothing)."""
+    distinct = set(events)
+    if not distinct:
+        return None
+    if len(distinct) > 1 or not isinstance(next(iter(distinct)), SubsampledGaussianStep):
         raise ValueError(
-            f"{name}.dp_step() must return a dict with keys 'noise_multiplier' and "
-            f"'sample_rate', got {release!r}"
+            f"{name}.next_step_events() must be identical SubsampledGaussianStep events for the "
+            f"budget's look-ahead, got {list(events)!r}"
         )
-    return (
-        check_positive(f"{name}.dp_step()['noise_multiplier']", release["noise_multiplier"]),
-        check_probability(f"{name}.dp_step()['sample_rate']", release["sample_rate"]),
-    )
+    return next(iter(distinct))
 
 
 class PrivacyAccountantCallback(Callback):
-    """Compose the module's SGM steps and stop before (``target_epsilon``, ``delta``) is exceeded.
+    """Compose the module's privacy events, report them, and optionally stop at a budget.
 
     Args:
-        target_epsilon: ε that training must never exceed (> 0).
-        delta: δ of the guarantee, in (0, 1); typically < 1/N for N private records.
+        target_epsilon: ε that training must never exceed (> 0); ``None``: account and report
+            only, never stop.
+        delta: δ of the guarantee, in (0, 1); typically < 1/N for N private records. ``None``
+            takes the δ the module's release objects are calibrated for (the DPSW methods);
+            required with ``target_epsilon``.
         accountant: accountant that drives logging and stopping, ``"rdp"`` or ``"pld"``.
-        also_report: further accountants whose ε goes into :meth:`report` (computed at the end
-            of training only).
+        also_report: further accountants whose ε goes into :meth:`report` (end of training).
         log_every_n_steps: compute and log ε every this many steps (and at the last step).
             Default: every step for ``"rdp"`` (~0.2 ms), ``trainer.log_every_n_steps`` for
             ``"pld"`` (a full PLD composition per evaluation).
         report_filename: name of the JSON report written to ``trainer.log_dir``.
+        earlier_releases: what to do when training resumes from a checkpoint without accountant
+            state after private releases: ``"refuse"`` (default) or ``"as_configured"``
+            (compose them as the release objects' configured events; module docstring).
 
     The module contract and the behaviour are in the module docstring.
     """
 
     report_key = "privacy"
-    _STATE_VERSION = 1
+    composes_privacy_events = True  # what lightning_dpot.privacy.contract looks for
+    _STATE_VERSION = 2
 
     def __init__(
         self,
-        target_epsilon: float,
-        delta: float,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
         accountant: str = "rdp",
         also_report: Sequence[str] = ("pld",),
         log_every_n_steps: int | None = None,
         report_filename: str = "privacy_report.json",
+        earlier_releases: Literal["refuse", "as_configured"] = "refuse",
     ) -> None:
         super().__init__()
-        self.target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
-        self.delta = check_delta(delta)
+        self.target_epsilon = (
+            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+        )
+        if self.target_epsilon is not None and delta is None:
+            raise ValueError("delta is required with target_epsilon (a budget is an (ε, δ) pair)")
+        self.delta = None if delta is None else check_delta(delta)
         self.accountant: PrivacyAccountant = make_accountant(accountant)
         also_report = [also_report] if isinstance(also_report, str) else list(also_report)
         for name in also_report:
@@ -184,18 +173,78 @@ class PrivacyAccountantCallback(Callback):
             if log_every_n_steps is None
             else check_positive_int("log_every_n_steps", log_every_n_steps)
         )
+        if earlier_releases not in ("refuse", "as_configured"):
+            raise ValueError(
+                f"earlier_releases must be 'refuse' or 'as_configured', got {earlier_releases!r}"
+            )
+        self.earlier_releases = earlier_releases
         self.report_filename = report_filename
         self.stopped_by_budget = False
+        self.one_shot: list[GaussianRelease] = []
         self._restored = False
         self._restored_target: float | None = None
-        self._recorded_global_step: int | None = None
-        self._last_global_step = 0
-        self._steps_per_batch = 1
-        self._pending: tuple[float, float] | None = None
+        self._events_per_step = 1
         self._budget: tuple[Any, int] | None = None
         self._swor_sizes: tuple[int | None, int | None] = (None, None)
+        self._facts: dict[str, Any] = {}
 
-    # -- budget -------------------------------------------------------------------------------
+    # -- composition --------------------------------------------------------------------------
+
+    @property
+    def releases(self) -> int:
+        """Events composed so far."""
+        return self.accountant.steps + len(self.one_shot)
+
+    def compose(self, events: Sequence[PrivacyEvent]) -> None:
+        """Add ``events`` to the composed history (validated: one scheme, one kind)."""
+        for event in events:
+            if isinstance(event, GaussianRelease):
+                if self.one_shot or self.accountant.steps:
+                    raise ValueError(
+                        "a GaussianRelease composes only alone (one release of the whole "
+                        f"dataset); already composed: {self.releases} event(s)"
+                    )
+                self.one_shot.append(event)
+                continue
+            if not isinstance(event, SubsampledGaussianStep):
+                raise TypeError(f"unknown privacy event {event!r}")
+            if self.one_shot:
+                raise ValueError("subsampled steps cannot follow a one-shot GaussianRelease")
+            self.accountant.sampling = event.sampling  # refuses a change of scheme
+            sizes = (event.dataset_size, event.batch_size)
+            if self.accountant.steps and sizes != self._swor_sizes:
+                raise ValueError(
+                    f"dataset_size/batch_size changed from {self._swor_sizes} to {sizes} within "
+                    "one run"
+                )
+            self._swor_sizes = sizes
+            self.accountant.step(event.noise_multiplier, event.sample_rate, 1)
+
+    def _drain(self, pl_module: ReleasesPrivateData) -> int:
+        events = pl_module.privacy_events()
+        self.compose(events)
+        expected = pl_module.releases_emitted()
+        if self.releases != expected:
+            raise RuntimeError(
+                f"the accountant composed {self.releases} privacy events but the release objects "
+                f"of {type(pl_module).__name__} made {expected} releases: the reported epsilon "
+                "would not be what the code did"
+            )
+        return len(events)
+
+    # -- ε and the budget ---------------------------------------------------------------------
+
+    def epsilon(self) -> float:
+        """ε spent so far at ``delta``."""
+        if self.one_shot:
+            (event,) = self.one_shot
+            return gaussian_epsilon(event.noise_multiplier, self._delta(), 1.0)
+        return self.accountant.get_epsilon(self._delta())
+
+    def _delta(self) -> float:
+        if self.delta is None:
+            raise RuntimeError("delta is unknown: give PrivacyAccountantCallback(delta=...)")
+        return self.delta
 
     def _budget_total(self, sigma: float, q: float) -> tuple[int, int]:
         """``(steps of (σ, q) in the current run, largest total for that run within target)``."""
@@ -204,45 +253,49 @@ class PrivacyAccountantCallback(Callback):
             prefix, in_run = tuple(history[:-1]), history[-1][2]
         else:
             prefix, in_run = tuple(history), 0
-        key = (sigma, q, prefix)
+        key = (sigma, q, prefix, self.accountant.sampling)
         if self._budget is None or self._budget[0] != key:
-            extra = self.accountant.max_additional_steps(sigma, q, self.target_epsilon, self.delta)
+            assert self.target_epsilon is not None
+            extra = self.accountant.max_additional_steps(
+                sigma, q, self.target_epsilon, self._delta()
+            )
             self._budget = (key, in_run + extra)
         return in_run, self._budget[1]
 
-    def remaining_steps(self, noise_multiplier: float, sample_rate: float) -> int:
-        """How many more steps of (σ, q) keep ε ≤ ``target_epsilon``."""
-        in_run, total = self._budget_total(
-            check_positive("noise_multiplier", noise_multiplier),
-            check_probability("sample_rate", sample_rate),
-        )
+    def remaining_steps(self, step: SubsampledGaussianStep) -> int:
+        """How many more events ``step`` keep ε ≤ ``target_epsilon``."""
+        self.accountant.sampling = step.sampling
+        in_run, total = self._budget_total(step.noise_multiplier, step.sample_rate)
         return total - in_run
 
-    def epsilon(self) -> float:
-        """ε spent so far under the driving accountant."""
-        return self.accountant.get_epsilon(self.delta)
+    def _next_step(self, pl_module: ReleasesPrivateData) -> SubsampledGaussianStep | None:
+        return _step_of(pl_module.next_step_events(), type(pl_module).__name__)
 
     # -- Lightning hooks ----------------------------------------------------------------------
 
-    def _sync_sampling(self, pl_module: L.LightningModule) -> None:
-        """Set the accountant's sampling scheme from ``dp_step()``; refused (ValueError) if the
-        accountant cannot analyse it or the restored history used the other scheme."""
-        sampling, n, b = read_dp_sampling(pl_module)
-        if sampling != self.accountant.sampling or (n, b) != self._swor_sizes:
-            self.accountant.sampling = sampling
-            self._swor_sizes = (n, b)
-            self._budget = None
-
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        read_dp_step(pl_module)
-        self._sync_sampling(pl_module)
-        if trainer.accumulate_grad_batches != 1:
-            raise ValueError(
-                "PrivacyAccountantCallback does not support accumulate_grad_batches="
-                f"{trainer.accumulate_grad_batches!r} (accepted: 1): every micro-batch is its own "
-                "Poisson sample and release, so one optimizer step would be several SGM steps"
-            )
-        if trainer.min_steps or trainer.min_epochs:
+        module = _private_module(pl_module)
+        if self.delta is None:
+            deltas = {getattr(r, "delta", None) for r in module.privacy_releases()} - {None}
+            if len(deltas) != 1:
+                raise ValueError(
+                    f"PrivacyAccountantCallback(delta=None) takes delta from the release objects "
+                    f"of {type(pl_module).__name__}, which declare none: add a "
+                    "PrivacyAccountantCallback with delta (and a target_epsilon) to the config"
+                )
+            self.delta = deltas.pop()
+        self._events_per_step = trainer.accumulate_grad_batches
+        planned = module.planned_events()
+        if self.target_epsilon is not None and planned:  # before the module draws them
+            trial = copy.deepcopy(self)
+            trial.compose(planned)
+            if trial.epsilon() > self.target_epsilon:
+                raise ValueError(
+                    f"target_epsilon={self.target_epsilon!r}: the release(s) "
+                    f"{type(pl_module).__name__} makes before training ({planned}) would spend "
+                    f"epsilon={trial.epsilon():.6g} at delta={self.delta!r}; nothing was released"
+                )
+        if self.target_epsilon is not None and (trainer.min_steps or trainer.min_epochs):
             warnings.warn(
                 f"min_steps={trainer.min_steps!r} / min_epochs={trainer.min_epochs!r} keep "
                 "Lightning from stopping early: if the privacy budget runs out before they are "
@@ -252,82 +305,99 @@ class PrivacyAccountantCallback(Callback):
                 stacklevel=2,
             )
 
+    def _account_earlier(self, trainer: L.Trainer, module: ReleasesPrivateData) -> None:
+        """Before the first drain of a run resumed without accountant state."""
+        releases = module.privacy_releases()
+        made = [release.events.total - len(release.events.pending) for release in releases]
+        if not any(made) and trainer.global_step == 0:
+            return
+        name = type(module).__name__
+        if self.earlier_releases == "refuse":
+            raise ValueError(
+                f"training resumes at global_step={trainer.global_step} with {sum(made)} earlier "
+                f"release(s) of {name}, but the checkpoint holds no PrivacyAccountantCallback "
+                "state: they would go unaccounted. Resume from a checkpoint written with the "
+                "callback, or declare them with PrivacyAccountantCallback("
+                "earlier_releases='as_configured')"
+            )
+        if not any(made):
+            raise ValueError(
+                f"training resumes at global_step={trainer.global_step}, but the checkpoint of "
+                f"{name} holds no release counts: the earlier releases cannot be known, so "
+                "they cannot be declared either"
+            )
+        for release, count in zip(releases, made, strict=True):
+            if count and release.event is not None:
+                self.compose([release.event] * count)
+        rank_zero_info(
+            f"PrivacyAccountantCallback: {self.releases} earlier release(s) of {name} composed "
+            "as configured (earlier_releases='as_configured': the earlier run must have used "
+            "the same settings)"
+        )
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._last_global_step = trainer.global_step
+        module = _private_module(pl_module)
         self.stopped_by_budget = False
-        if not self._restored and trainer.global_step > 0:
-            warnings.warn(
-                f"training resumes at global_step={trainer.global_step} but the checkpoint holds "
-                "no PrivacyAccountantCallback state: those earlier steps are NOT accounted. "
-                "Only resume private runs from checkpoints written with this callback",
-                UserWarning,
-                stacklevel=2,
-            )
-        elif self._restored and self._recorded_global_step != trainer.global_step:
-            warnings.warn(
-                f"the restored privacy history was recorded at global_step="
-                f"{self._recorded_global_step} but training resumes at global_step="
-                f"{trainer.global_step}; the accountant counts {self.accountant.steps} steps",
-                UserWarning,
-                stacklevel=2,
-            )
+        if not self._restored:
+            self._account_earlier(trainer, module)
+        self._drain(module)
         if self._restored_target is not None and self._restored_target != self.target_epsilon:
             rank_zero_info(
                 f"PrivacyAccountantCallback: target_epsilon changed on resume from "
-                f"{self._restored_target} to {self.target_epsilon}; the {self.accountant.steps} "
-                "restored steps still count"
+                f"{self._restored_target} to {self.target_epsilon}; the {self.releases} "
+                "restored releases still count"
             )
+        if self.target_epsilon is None:
+            return
         spent = self.epsilon()
         if spent > self.target_epsilon:
             raise ValueError(
                 f"target_epsilon={self.target_epsilon!r} is already exceeded at delta="
-                f"{self.delta!r}: the restored history of {self.accountant.steps} steps spends "
-                f"epsilon={spent:.6g} ({self.accountant.name}). Training can only spend more; "
-                "raise target_epsilon or start a new run on new data"
+                f"{self.delta!r}: the {self.releases} composed releases spend epsilon="
+                f"{spent:.6g}. Training can only spend more; raise target_epsilon or start a new "
+                "run on new data"
             )
-        sigma, q = read_dp_step(pl_module)
-        remaining = self.remaining_steps(sigma, q)
-        if remaining == 0:
-            next_epsilon = self.accountant.epsilon_if(self.delta, sigma, q)
-            if self.accountant.steps == 0:
-                raise ValueError(
-                    f"target_epsilon={self.target_epsilon!r} cannot be met even by one step: one "
-                    f"step with noise_multiplier={sigma!r} and sample_rate={q!r} already gives "
-                    f"epsilon={next_epsilon:.6g} at delta={self.delta!r} "
-                    f"({self.accountant.name}). Raise the noise multiplier, lower the sample "
-                    "rate or raise the target"
-                )
+        step = self._next_step(module)
+        if step is None:
+            return
+        remaining = self.remaining_steps(step)
+        if remaining < self._events_per_step:
             self.stopped_by_budget = True
             trainer.should_stop = True
+            if self.releases == 0:
+                raise ValueError(
+                    f"target_epsilon={self.target_epsilon!r} cannot be met even by one step: "
+                    f"{self._events_per_step} event(s) of {step} already exceed it at "
+                    f"delta={self.delta!r} ({self.accountant.name}). Raise the noise multiplier, "
+                    "lower the sample rate or raise the target"
+                )
             rank_zero_info(
-                f"PrivacyAccountantCallback: privacy budget exhausted, no step taken. The "
-                f"restored {self.accountant.steps} steps spend epsilon={spent:.6g}; one more "
-                f"would give {next_epsilon:.6g} > target_epsilon={self.target_epsilon}"
+                f"PrivacyAccountantCallback: privacy budget exhausted, no step taken; the "
+                f"{self.releases} restored releases spend epsilon={spent:.6g}"
             )
             return
         rank_zero_info(
-            f"PrivacyAccountantCallback: {remaining} more steps of noise_multiplier={sigma}, "
-            f"sample_rate={q} fit in (epsilon={self.target_epsilon}, delta={self.delta}) "
-            f"({self.accountant.name}; {self.accountant.steps} steps spent so far)"
+            f"PrivacyAccountantCallback: {remaining} more releases of noise_multiplier="
+            f"{step.noise_multiplier}, sample_rate={step.sample_rate} fit in (epsilon="
+            f"{self.target_epsilon}, delta={self.delta}) ({self.accountant.name}; "
+            f"{self.releases} spent so far)"
         )
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        sigma, q = read_dp_step(pl_module)
-        self._sync_sampling(pl_module)
-        self._pending = (sigma, q)
-        if self.remaining_steps(sigma, q) < self._steps_per_batch:
-            trainer.should_stop = True
-            self.stopped_by_budget = True
-            next_epsilon = self.accountant.epsilon_if(self.delta, sigma, q, self._steps_per_batch)
-            raise PrivacyBudgetExceededError(
-                f"the next optimizer step (noise_multiplier={sigma}, sample_rate={q}) would take "
-                f"epsilon from {self.epsilon():.6g} to {next_epsilon:.6g} > target_epsilon="
-                f"{self.target_epsilon} at delta={self.delta}; Lightning could not stop before "
-                "it (min_steps/min_epochs, or dp_step() changed since the last step), so training "
-                "is aborted before the step runs"
-            )
+        if self.target_epsilon is None:
+            return
+        step = self._next_step(_private_module(pl_module))
+        if step is None or self.remaining_steps(step) >= 1:
+            return
+        trainer.should_stop = True
+        self.stopped_by_budget = True
+        raise PrivacyBudgetExceededError(
+            f"the next release ({step}) would take epsilon from {self.epsilon():.6g} past "
+            f"target_epsilon={self.target_epsilon} at delta={self.delta}; Lightning could not "
+            "stop before it (min_steps/min_epochs), so training is aborted before it runs"
+        )
 
     def on_train_batch_end(
         self,
@@ -337,36 +407,27 @@ class PrivacyAccountantCallback(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        stepped = trainer.global_step - self._last_global_step
-        self._last_global_step = trainer.global_step
-        if stepped > 0:
-            sigma, q = self._pending if self._pending is not None else read_dp_step(pl_module)
-            self.accountant.step(sigma, q, stepped)
-            self._steps_per_batch = max(self._steps_per_batch, stepped)
-            self._recorded_global_step = trainer.global_step
-        self._pending = None
-
-        next_sigma, next_q = read_dp_step(pl_module)
-        if self.remaining_steps(next_sigma, next_q) < self._steps_per_batch:
-            self.stopped_by_budget = True
-            trainer.should_stop = True
-            rank_zero_info(
-                f"PrivacyAccountantCallback: stopping after {self.accountant.steps} steps at "
-                f"epsilon={self.epsilon():.6g}: one more step would exceed target_epsilon="
-                f"{self.target_epsilon} at delta={self.delta} ({self.accountant.name})"
-            )
-        if stepped > 0 and self._should_log(trainer):
+        module = _private_module(pl_module)
+        drained = self._drain(module)
+        if self.target_epsilon is not None:
+            step = self._next_step(module)
+            if step is not None and self.remaining_steps(step) < self._events_per_step:
+                self.stopped_by_budget = True
+                trainer.should_stop = True
+                rank_zero_info(
+                    f"PrivacyAccountantCallback: stopping after {self.releases} releases at "
+                    f"epsilon={self.epsilon():.6g}: one more optimizer step would exceed "
+                    f"target_epsilon={self.target_epsilon} at delta={self.delta} "
+                    f"({self.accountant.name})"
+                )
+        if drained and self._should_log(trainer):
+            for name, value in (("epsilon", self.epsilon()), ("delta", self._delta())):
+                pl_module.log(
+                    name, value, prog_bar=True, on_step=True, on_epoch=False, batch_size=1
+                )
             pl_module.log(
-                "epsilon",
-                self.epsilon(),
-                prog_bar=True,
-                on_step=True,
-                on_epoch=False,
-                batch_size=1,
-            )
-            pl_module.log(
-                "privacy/steps",
-                float(self.accountant.steps),
+                "privacy/releases",
+                float(self.releases),
                 on_step=True,
                 on_epoch=False,
                 batch_size=1,
@@ -376,16 +437,19 @@ class PrivacyAccountantCallback(Callback):
         every = self.log_every_n_steps
         if every is None:
             every = 1 if self.accountant.name == "rdp" else max(1, trainer.log_every_n_steps)
-        return self.stopped_by_budget or self.accountant.steps % every == 0
+        return self.stopped_by_budget or self.releases % every == 0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        module = _private_module(pl_module)
+        self._drain(module)
+        self._facts = module.privacy_facts()
         # trainer.log_dir broadcasts under DDP: every rank must call it, before the rank check.
         log_dir = trainer.log_dir or trainer.default_root_dir
         if not trainer.is_global_zero:
             return
         path = Path(log_dir) / self.report_filename
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.report(), indent=2, sort_keys=True))
+        path.write_text(json.dumps(self.report(), indent=2, sort_keys=True, default=str))
 
     # -- checkpoint state -----------------------------------------------------------------------
 
@@ -393,14 +457,22 @@ class PrivacyAccountantCallback(Callback):
         return {
             "version": self._STATE_VERSION,
             "accountant": self.accountant.state_dict(),
-            "global_step": self._recorded_global_step,
+            "one_shot": [event.noise_multiplier for event in self.one_shot],
+            "one_shot_adjacency": [event.adjacency for event in self.one_shot],
+            "swor_sizes": list(self._swor_sizes),
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.accountant.load_state_dict(state_dict["accountant"])
-        self._recorded_global_step = state_dict.get("global_step")
+        self.one_shot = [
+            GaussianRelease(sigma, adjacency)
+            for sigma, adjacency in zip(
+                state_dict["one_shot"], state_dict["one_shot_adjacency"], strict=True
+            )
+        ]
+        self._swor_sizes = tuple(state_dict["swor_sizes"])
         self._restored_target = state_dict.get("target_epsilon")
         self._restored = True
         self._budget = None
@@ -408,45 +480,56 @@ class PrivacyAccountantCallback(Callback):
     # -- report ---------------------------------------------------------------------------------
 
     def report(self) -> dict[str, Any]:
-        """The privacy section of ``report.json`` (plain JSON types).
+        """The privacy section of ``report.json`` and ``privacy_report.json`` (plain JSON).
 
-        ``sampling`` is ``"poisson"`` (adjacency ``"add_or_remove_one"``) or
-        ``"without_replacement"`` (``"replace_one"``, with ``dataset_size`` and ``batch_size``;
-        ``sample_rate`` is then b/n and ``epsilon_pld`` is ``None``: no PLD analysis).
-        ``noise_multiplier`` / ``sample_rate`` are ``None`` when they changed during training;
-        ``history`` then lists every run ``[noise_multiplier, sample_rate, steps]``. ``epsilon``
-        is the driving accountant's ε; ``epsilon_<name>`` gives it under each accountant.
+        ``releases`` counts the composed events and ``events`` them by kind; ``history`` lists
+        the subsampled runs ``[noise_multiplier, sample_rate, count]``, and ``noise_multiplier``
+        / ``sample_rate`` are ``None`` when they changed. ``epsilon`` is the driving
+        accountant's ε (the analytic Gaussian mechanism's for a one-shot release),
+        ``epsilon_<name>`` under each accountant (``None`` where it cannot analyse the scheme).
+        ``module`` holds the module's facts.
         """
         history = self.accountant.history
         settings = {(sigma, q) for sigma, q, _ in history}
         sigma, q = next(iter(settings)) if len(settings) == 1 else (None, None)
-        epsilon = self.epsilon()
-        epsilons = {f"epsilon_{self.accountant.name}": epsilon}
-        for name in self.also_report:
-            other = make_accountant(name)
-            if self.accountant.sampling not in other.samplings:
-                epsilons[f"epsilon_{name}"] = None  # e.g. no PLD for sampling w/o replacement
-                continue
-            other.load_state_dict(self.accountant.state_dict())
-            epsilons[f"epsilon_{name}"] = other.get_epsilon(self.delta)
+        epsilon = self.epsilon() if self.delta is not None else None
+        if self.one_shot:
+            (event,) = self.one_shot
+            mechanism, adjacency = "gaussian, once (analytic; Balle & Wang 2018)", event.adjacency
+            sigma, epsilons = event.noise_multiplier, {"epsilon_analytic": epsilon}
+        else:
+            mechanism, adjacency = self.accountant.mechanism, self.accountant.adjacency
+            epsilons = {f"epsilon_{self.accountant.name}": epsilon}
+            for name in self.also_report:
+                other = make_accountant(name)
+                if self.delta is None or self.accountant.sampling not in other.samplings:
+                    epsilons[f"epsilon_{name}"] = None  # e.g. no PLD for sampling w/o replacement
+                    continue
+                other.load_state_dict(self.accountant.state_dict())
+                epsilons[f"epsilon_{name}"] = other.get_epsilon(self.delta)
         try:
             library = f"dp-accounting {version('dp-accounting')}"
         except PackageNotFoundError:  # pragma: no cover - installed with the package
             library = "dp-accounting"
+        kinds = Counter(type(e).__name__ for e in self.one_shot)
+        if history:
+            kinds["SubsampledGaussianStep"] = self.accountant.steps
         return {
-            "mechanism": self.accountant.mechanism,
-            "adjacency": self.accountant.adjacency,
-            "sampling": self.accountant.sampling,
+            "mechanism": mechanism,
+            "adjacency": adjacency,
+            "assumptions": [DATASET_SIZE_ASSUMPTION],
+            "sampling": None if self.one_shot else self.accountant.sampling,
             "dataset_size": self._swor_sizes[0],
             "batch_size": self._swor_sizes[1],
             "noise_multiplier": sigma,
             "sample_rate": q,
-            "steps": self.accountant.steps,
+            "releases": self.releases,
+            "events": dict(kinds),
             "history": [list(run) for run in history],
             "delta": self.delta,
             "target_epsilon": self.target_epsilon,
-            "accountant": self.accountant.name,
-            "epsilon": epsilon,
+            "accountant": "analytic" if self.one_shot else self.accountant.name,
+            "epsilon": epsilon if epsilon is None or math.isfinite(epsilon) else str(epsilon),
             **epsilons,
             "stopped_by_privacy_budget": self.stopped_by_budget,
             "accountant_settings": {
@@ -458,6 +541,7 @@ class PrivacyAccountantCallback(Callback):
                 "pld_value_discretization_interval": DEFAULT_PLD_VALUE_DISCRETIZATION,
             },
             "library": library,
+            "module": self._facts,
         }
 
     def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:

@@ -7,8 +7,9 @@ with probability q (paper 002 App. C, Algorithm 2), ``steps_per_epoch`` is fixed
 (default ``round(1/q)``, one expected pass), and an empty batch is a step like any other.
 
 Privacy contract. The raw records may only be consumed by a module whose every use of them is
-sanitized (a clipped, noised gradient) and that declares the matching ``dp_step()`` to
-:class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback`. This module
+sanitized (a clipped, noised gradient) by a release object that emits the matching events to
+:class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback`
+(:mod:`lightning_dpot.privacy.contract`). This module
 never privatizes anything itself, and it has no ``privacy_report()``: the guarantee comes from
 the accountant. The held-out test split (where the source has one) is for evaluation only.
 

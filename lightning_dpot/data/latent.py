@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -56,6 +55,7 @@ from lightning_dpot.data.split import (
     PublicPrivateSplit,
     make_public_private_split,
 )
+from lightning_dpot.privacy.secure_rng import seeded_generator
 from lightning_dpot.privacy.validation import (
     check_nonnegative_int,
     check_positive_int,
@@ -271,9 +271,7 @@ class PrivateLatentDataModule(L.LightningDataModule):
         step = check_nonnegative_int("step", step)
         if self._sampling_seed is None:
             raise RuntimeError("call setup() first: the secret sampling seed is drawn there")
-        key = [self._sampling_seed, 0x5EED, step]
-        state = np.random.SeedSequence(key).generate_state(2, np.uint32)
-        g = torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+        g = seeded_generator(self._sampling_seed, 0x5EED, step)
         return torch.randperm(n, generator=g)[: self.batch_size]
 
     @property

@@ -45,17 +45,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data import default_collate as _default_collate
 
+from lightning_dpot.distributed import rank_world
 from lightning_dpot.privacy.validation import (
     check_nonnegative_int,
     check_positive_int,
     check_probability,
 )
-
-
-def _distributed_rank_and_world_size() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 class PoissonBatchSampler(Sampler[list[int]]):
@@ -102,7 +97,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
     # -- sharding and masks ---------------------------------------------------------------------
 
     def _rank_and_world_size(self) -> tuple[int, int]:
-        rank, world_size = _distributed_rank_and_world_size()
+        rank, world_size = rank_world()
         rank = rank if self.rank is None else self.rank
         world_size = world_size if self.world_size is None else self.world_size
         if not 0 <= rank < world_size:

@@ -17,25 +17,25 @@ knows the seed can subtract the noise: the metadata then says ``"seed_is_public"
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 import lightning_dpot
 from lightning_dpot.data.fingerprint import check_fingerprint
+from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger
 from lightning_dpot.data.release import Release, config_key, keyed_digest, tensor_sha256
 from lightning_dpot.data.sources import DataSource
+from lightning_dpot.distributed import rank_world
 from lightning_dpot.privacy.gaussian import GaussianCalibration
 from lightning_dpot.privacy.ldp import LocalRandomizer
 from lightning_dpot.privacy.mechanisms import MechanismName, make_mechanism
-from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom, permutation
+from lightning_dpot.privacy.secure_rng import SecretNoise, permutation
 from lightning_dpot.privacy.transforms import RecordTransform, make_transform
-from lightning_dpot.privacy.validation import check_delta, check_positive_int
+from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive_int
 
 
 class FullBatch(Dataset):
@@ -91,6 +91,11 @@ class PrivatizedDataModule(L.LightningDataModule):
             threshold uses only the public noise std (:func:`~lightning_dpot.data.denoise.
             wavelet_denoise`).
         denoise_wavelet: the PyWavelets wavelet used by ``denoise="wavelet"``.
+        privacy_budget: total ε the raw records may spend over every release ever made from
+            them (:mod:`lightning_dpot.data.ledger`); a new release past it is refused.
+        exceed_privacy_budget: make a release that takes the total past ``privacy_budget``.
+        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
+            ``~/.local/share/lightning_dpot/ledger``).
     """
 
     def __init__(
@@ -114,8 +119,20 @@ class PrivatizedDataModule(L.LightningDataModule):
         denoise: str | None = None,
         denoise_wavelet: str = "db4",
         shuffle_delta: float | None = None,
+        privacy_budget: float | None = None,
+        exceed_privacy_budget: bool = False,
+        ledger_dir: str | None = None,
     ) -> None:
         super().__init__()
+        # One release for the whole run: only global rank 0 privatizes (setup refuses on another
+        # node that cannot see the cache, see setup()).
+        self.prepare_data_per_node = False
+        self.ledger = PrivacyLedger(ledger_dir)
+        self.privacy_budget = (
+            None if privacy_budget is None else check_epsilon(privacy_budget, "privacy_budget")
+        )
+        self.exceed_privacy_budget = bool(exceed_privacy_budget)
+        self.ledger_total: LedgerTotal | None = None
         self._check_denoise(denoise, denoise_wavelet, transform if release_path is None else None)
         self.denoise, self.denoise_wavelet = denoise, denoise_wavelet
         self.denoised_release: Tensor | None = None
@@ -210,12 +227,23 @@ class PrivatizedDataModule(L.LightningDataModule):
     def _privatize(self) -> Release:
         assert self.source is not None
         splits = self.source.load()
-        generator: NoiseSource
-        if self.secure_rng:
-            generator = OSRandom()
-        else:
-            seed = self.seed if self.seed is not None else secrets.randbits(63)
-            generator = torch.Generator().manual_seed(seed)
+        mech = self.randomizer.mechanism
+        digests = self.ledger.digests(splits.train)
+        with self.ledger.locked():
+            self.ledger.check_budget(
+                digests, mech.epsilon, mech.delta, self.privacy_budget, self.exceed_privacy_budget
+            )
+            self.ledger.record(
+                digests,
+                {
+                    "epsilon": mech.epsilon,
+                    "delta": mech.delta,
+                    "mechanism": mech.name,
+                    "config_key": config_key(self._release_config()),
+                    "cache": str(self.cache_path()),
+                },
+            )
+        generator = SecretNoise(self.seed, self.secure_rng).source()
         # The release is stored in a secret uniformly random order: the trainer receives
         # shuffled reports, which is what amplification by shuffling requires.
         data = self.randomizer(splits.train, generator)
@@ -249,9 +277,18 @@ class PrivatizedDataModule(L.LightningDataModule):
             return
         path = self.cache_path()
         if not path.is_file():
+            rank, world = rank_world()
+            if rank != 0:
+                raise RuntimeError(
+                    f"rank {rank} of {world} cannot see the release {path} that rank 0 made: "
+                    "a second release of the same records would spend the budget again. Use a "
+                    "cache_dir shared by every node, or write the release once with `dpot "
+                    "privatize` and pass release_path"
+                )
             self._privatize().save(path)
         release = Release.load(path)
         splits = self.source.load()  # type: ignore[union-attr]
+        self.ledger_total = self.ledger.total(self.ledger.digests(splits.train))
         if keyed_digest(splits.train, self.cache_dir) != release.metadata.get("raw_hmac_sha256"):
             raise ValueError(
                 f"the cached release {path} was made from different raw data than the source "
@@ -426,6 +463,18 @@ class PrivatizedDataModule(L.LightningDataModule):
             "secure_rng": None if self.metadata is None else self.metadata.get("secure_rng", False),
             **self._shuffling_report(),
             **self._post_processing_report(),
+            "ledger": self._ledger_report(),
+        }
+
+    def _ledger_report(self) -> dict | None:
+        """Every release of these raw records so far (:mod:`lightning_dpot.data.ledger`)."""
+        if self.ledger_total is None:
+            return None
+        return {
+            "all_releases_of_these_records": self.ledger_total.as_dict(),
+            "composition": "basic (sum of epsilons and deltas), worst record",
+            "privacy_budget": self.privacy_budget,
+            "path": str(self.ledger.path),
         }
 
     def _post_processing_report(self) -> dict:

@@ -16,9 +16,10 @@ before the step that would exceed the target (ε, δ).
 4. G = ∇_X Ŝ_{c,λ,p}(X, Y), Ŝ = 2Ŵ_λ(X[0:n], Y) − Ŵ_λ(X[0:n], X[n':n+n']) (Def. 4.3, eq. 6;
    :class:`~lightning_dpot.ot.dp_sinkhorn.SemiDebiasedSinkhorn`), cost
    c_m(x, y) = ‖x−y‖₂² + m‖x−y‖₁ on [x, α_c·onehot(l)] (App. D.3).
-   **Empty batch** (Y = ∅): Ŝ is undefined; we set G = 0 (no loss term is computed), so step 5
-   releases pure noise on the cross block and zeros on the debias rows, and Adam steps on that
-   (its weight decay and momenta still act). The step is accounted like any other.
+   **Empty batch** (Y = ∅): the cross term is absent and Ŝ = −Ŵ_λ(X[0:n], X[n':n+n']), the
+   debias term, which needs no real data. Step 5 then releases clipped debias gradients plus
+   noise, distributed as with data apart from the cross term itself (released as exact zeros,
+   the debias rows would tell that the batch was empty). The step is accounted like any other.
 5. Sanitize G by a backward hook registered on X (``X.register_hook``,
    :class:`~lightning_dpot.privacy.gradient_sanitizer.GradientSanitizer`):
    G̃[0:n] = clip_F(G[0:n], Δ) + 2Δσ·N(0, I)  (the cross block, jointly clipped);
@@ -28,9 +29,10 @@ before the step that would exceed the target (ε, δ).
 
 Privacy. θ_t is post-processing of G̃_1..G̃_t. Each G̃ is the Gaussian mechanism on the clipped
 cross block (ℓ2 sensitivity 2Δ, noise std 2Δσ: multiplier σ) applied to a Poisson sample with
-rate q, so :meth:`DPSinkhorn.dp_step` returns ``{"noise_multiplier": σ, "sample_rate": q}`` — σ
-computed by the sanitizer from the noise std and sensitivity it uses, q read from the datamodule
-and checked against the training loader's Poisson sampler at the start of training. The paper's
+rate q. The sanitizer is the method's release object (:mod:`lightning_dpot.privacy.contract`):
+each call emits one ``SubsampledGaussianStep(σ, q)``, σ computed from the noise std and the
+sensitivity it uses, q read from the datamodule and checked against the training loader's
+Poisson sampler at the start of training; the accountant composes what was emitted. The paper's
 per-row text (§4.3) and its Theorem 4.1 disagree with its accounting; see
 :mod:`lightning_dpot.privacy.gradient_sanitizer` and SPEC §6. Under DDP each rank Poisson-samples
 its own shard and sanitizes its own block with its own noise; the gradients are averaged
@@ -41,12 +43,11 @@ size are **not** logged in private mode (both depend on Y); only the non-private
 ``train/loss``. The noise is secret by default (OS entropy); see ``noise_seed``.
 
 Non-private reference (ε = ∞, paper Table 1 "Non-priv Sinkhorn"): ``noise_multiplier=None``
-(or 0) removes the hook altogether (no clipping, no noise) and ``dp_step()`` returns ``None``.
+(or 0) removes the hook altogether (no clipping, no noise) and nothing is emitted.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -55,6 +56,7 @@ from torch import Tensor, nn
 from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
+from lightning_dpot.privacy.contract import ReleasesPrivateData, warn_if_unaccounted
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.validation import (
     check_nonnegative,
@@ -65,7 +67,7 @@ from lightning_dpot.privacy.validation import (
 __all__ = ["DPSinkhorn"]
 
 
-class DPSinkhorn(GeneratorModule):
+class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
     """DP-Sinkhorn (paper 002, Algorithm 1; module docstring).
 
     Args:
@@ -136,20 +138,23 @@ class DPSinkhorn(GeneratorModule):
             )
 
     # -- privacy contract -----------------------------------------------------------------------
-    def dp_step(self) -> dict[str, float] | None:
-        """What one optimizer step releases, for the accountant: ``{"noise_multiplier": σ,
-        "sample_rate": q}`` with σ = noise std / ℓ2 sensitivity of the sanitizer (= 2Δσ / 2Δ)
-        and q the Poisson rate of the training loader; ``None`` in non-private mode."""
-        if not self.private:
-            return None
-        if self.sample_rate is None:
-            raise RuntimeError(
-                "DPSinkhorn.dp_step() before setup(): the sample rate comes from the datamodule"
-            )
+    def privacy_releases(self) -> list[GradientSanitizer]:
+        return [self.sanitizer]
+
+    def privacy_context(self) -> dict[str, Any]:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        public = getattr(datamodule, "seed", None) is not None
         return {
-            "noise_multiplier": self.sanitizer.accounting_noise_multiplier(),
-            "sample_rate": self.sample_rate,
+            "method": "DP-Sinkhorn (paper 002, Algorithm 1)",
+            "poisson_seed_is_public": public,
+            "amplification_by_sampling": not public,
         }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["privacy_releases"] = self.sanitizer.events.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.sanitizer.events.load_state_dict(checkpoint["privacy_releases"])
 
     # -- generation -----------------------------------------------------------------------------
     def sample_labels(self, n: int) -> Tensor:
@@ -233,6 +238,9 @@ class DPSinkhorn(GeneratorModule):
             )
         if self.private:
             self.sample_rate = float(datamodule.sample_rate)
+            # Masks from a public seed are known: no amplification by sampling is claimed.
+            public = getattr(datamodule, "seed", None) is not None
+            self.sanitizer.sample_rate = 1.0 if public else self.sample_rate
         if self.num_cross is None:
             self.num_cross = max(1, round(float(datamodule.expected_real_batch)))
         dim = 1
@@ -255,6 +263,7 @@ class DPSinkhorn(GeneratorModule):
     def on_train_start(self) -> None:
         if not self.private:
             return
+        warn_if_unaccounted(self)
         loader = self.trainer.train_dataloader
         sampler = getattr(loader, "batch_sampler", None)
         if not isinstance(sampler, PoissonBatchSampler):
@@ -265,17 +274,8 @@ class DPSinkhorn(GeneratorModule):
             )
         if sampler.sample_rate != self.sample_rate:
             raise ValueError(
-                f"the training loader samples at rate {sampler.sample_rate!r} but dp_step() "
-                f"declares sample_rate={self.sample_rate!r}; they must match"
-            )
-        from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
-
-        if not any(isinstance(cb, PrivacyAccountantCallback) for cb in self.trainer.callbacks):
-            warnings.warn(
-                "DPSinkhorn trains privately without a PrivacyAccountantCallback: epsilon is not "
-                "tracked and training is not stopped at a budget",
-                UserWarning,
-                stacklevel=2,
+                f"the training loader samples at rate {sampler.sample_rate!r} but the sanitizer "
+                f"accounts sample_rate={self.sample_rate!r}; they must match"
             )
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
@@ -290,9 +290,7 @@ class DPSinkhorn(GeneratorModule):
         if self.private and fake.requires_grad:
             step, rank = int(self.global_step), int(self.global_rank)
             fake.register_hook(lambda grad: self.sanitizer(grad, n, step=step, rank=rank))
-        if real.shape[0] == 0:
-            # Empty Poisson batch: G = 0 before sanitization (module docstring, step 4).
-            return (fake * 0.0).sum()
+        # An empty Poisson batch leaves the debias term only (module docstring, step 4).
         loss = self.loss_fn(fake, real.to(fake.dtype), n, labels, real_labels)
         if not self.private:  # the loss and the solve on real records are not released
             self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)

@@ -6,16 +6,19 @@ All three methods touch the private data only through the Gaussian release of ra
     M(Y) = Y Θᵀ + Z,   Z_{ij} ~ N(0, σ²),   records ‖y_i‖₂ ≤ 1 (ℓ2-normalized latents),
 
 whose ℓ2 (Frobenius) sensitivity under **replace-one** adjacency is ``Δ = 2·sqrt(w(N_θ, δ_s))``
-(Lemma 1, eqs. 24–26; ``w`` by default from the rigorous Chernoff bound — the paper's CLT form
-(26) is a normal approximation whose true tail exceeds δ_s, so it is not a valid bound; eq. (25)
-is valid but loose), holding with probability ≥ 1 − δ_s over Θ. Everything after the release
-(sorting, quantiles, the particle updates, the generator's gradient) is post-processing.
+(Lemma 1, eqs. 24–26). The release is one object,
+:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`: it checks
+``‖Θ‖²_op ≤ w`` on every draw of the directions (redrawing otherwise), so Δ holds
+deterministically and the guarantee carries no δ_s term; it emits one privacy event per call,
+which the accountant composes (:mod:`lightning_dpot.privacy.contract`). Everything after the
+release (sorting, quantiles, the particle updates, the generator's gradient) is
+post-processing.
 
 * :class:`DPSWFlow` (Algorithm 2): Θ of ``N_θ`` directions is drawn **once**, the whole private set
   is released **once** (one Gaussian mechanism, no composition) and the sorted release is cached
   as module state (saved in checkpoints; never redrawn on resume or per DDP rank — rank 0 draws
   and broadcasts). Each step uses ``M_θ`` of the ``N_θ`` columns, chosen by a generator seeded by
-  ``(seed, step)``. Guarantee: ``(ε, δ + δ_s)`` with ``ε`` from the analytic Gaussian mechanism
+  ``(seed, step)``. Guarantee: ``(ε, δ)`` with ``ε`` from the analytic Gaussian mechanism
   (Balle & Wang 2018) for ``σ/Δ``; it does not grow with the number of steps.
   *Samples*: the particles (``num_particles`` of them). Any number more is free: rerun the flow
   from the cached release (:meth:`DPSWFlow.generate`), which is post-processing.
@@ -24,8 +27,7 @@ is valid but loose), holding with probability ≥ 1 − δ_s over Θ. Everything
   without replacement (seeded by ``(seed, step)``; the datamodule's ``batch_size``). The
   accountant composes ``T`` steps of the subsampled Gaussian without replacement, ratio ``b/n``,
   noise multiplier ``σ/Δ``, under replace-one adjacency
-  (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`, via :meth:`dp_step`); the
-  reported δ is ``δ + T·δ_s`` (union bound over the ``T`` draws of Θ).
+  (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`, from the emitted events).
   *Samples*: exactly the ``num_particles`` particles. More samples would need a new flow, i.e. new
   releases of private data, which spends budget: :meth:`DPSWFlowR.sample` refuses ``n`` beyond
   the particle count.
@@ -60,40 +62,28 @@ distributed sampler would split the step loaders.
 
 from __future__ import annotations
 
-import json
 import math
-import secrets
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
-import numpy as np
 import torch
 from torch import Tensor, nn
 
+from lightning_dpot.distributed import all_gather_rows, rank_world
 from lightning_dpot.ot.sliced import (
     dp_sliced_wasserstein_loss,
     random_directions,
     sliced_flow_step,
     sliced_wasserstein,
 )
-from lightning_dpot.privacy.accountants import (
-    WITHOUT_REPLACEMENT,
-    swor_gaussian_epsilon,
-    swor_min_noise_multiplier,
-)
-from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
-from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom
-from lightning_dpot.privacy.sliced_sensitivity import (
-    W_BOUNDS,
-    WBound,
-    gaussian_sliced_release,
-    sliced_noise_multiplier,
-    sliced_release_delta,
-    sliced_sensitivity,
-)
+from lightning_dpot.privacy.accountants import swor_min_noise_multiplier
+from lightning_dpot.privacy.contract import ReleasesPrivateData, warn_if_unaccounted
+from lightning_dpot.privacy.gaussian import gaussian_sigma
+from lightning_dpot.privacy.secure_rng import seeded_generator
+from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
+from lightning_dpot.privacy.sliced_sensitivity import WBound
 from lightning_dpot.privacy.validation import (
-    check_delta,
     check_epsilon,
     check_nonnegative,
     check_nonnegative_int,
@@ -106,94 +96,139 @@ __all__ = ["DPSWFlow", "DPSWFlowR", "DPSWGen", "seeded_generator"]
 _STREAM_DIRECTIONS, _STREAM_RELEASE, _STREAM_FLOW, _STREAM_INIT, _STREAM_SUBSET = range(5)
 
 
-def seeded_generator(*key: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A torch generator seeded by a tuple of integers (``SeedSequence(key)``), e.g.
-    ``(seed, stream, step)``: reproducible, independent streams, identical on every rank."""
-    state = np.random.SeedSequence([int(k) for k in key]).generate_state(2, dtype=np.uint32)
-    return torch.Generator(device=device).manual_seed(int(state[0]) << 32 | int(state[1]))
-
-
-def _rank_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _all_gather_rows(x: Tensor) -> Tensor:
-    """Concatenate the rows of ``x`` from every rank (rows may differ in number)."""
-    _, world = _rank_world()
-    if world == 1:
-        return x
-    size = torch.tensor([x.shape[0]], device=x.device)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
-    torch.distributed.all_gather(sizes, size)
-    longest = int(max(s.item() for s in sizes))
-    padded = x.new_zeros((longest, *x.shape[1:]))
-    padded[: x.shape[0]] = x
-    parts = [torch.zeros_like(padded) for _ in range(world)]
-    torch.distributed.all_gather(parts, padded)
-    return torch.cat([p[: int(s.item())] for p, s in zip(parts, sizes, strict=True)])
-
-
-class _SlicedReleaseMixin:
-    """Calibration and the one place where private records are released."""
-
-    num_directions: int
-    delta: float
-    delta_s: float
-    w_bound: WBound
-    mechanism_calls: int
-    noise_seed: int | None
-    secure_rng: bool
-
-    def sensitivity(self, dim: int) -> float:
-        """``Δ = 2·sqrt(w(N_θ, δ_s))`` for ``d = dim`` (:func:`sliced_sensitivity`)."""
-        return sliced_sensitivity(self.num_directions, dim, self.delta_s, self.w_bound)
-
-    def release(
-        self, records: Tensor, theta: Tensor, sigma: float, generator: NoiseSource
-    ) -> Tensor:
-        """The Gaussian mechanism ``records·Θᵀ + N(0, σ²)`` (eq. 23); counted in
-        ``mechanism_calls`` so tests can pin how often private data is released."""
-        self.mechanism_calls += 1
-        return gaussian_sliced_release(records, theta, sigma, generator)
-
-    def release_generator(self, *key: int, device: torch.device | str = "cpu") -> NoiseSource:
-        """Source of the release noise. ``secure_rng``: the OS CSPRNG itself
-        (:class:`~lightning_dpot.privacy.secure_rng.OSRandom`). ``noise_seed=None`` (default): a
-        torch generator seeded from the OS entropy pool at every call and never recorded, so
-        nobody can regenerate the noise. An integer: seeded by ``(noise_seed, *key)``,
-        reproducible, and anyone who knows it can subtract the noise (tests and debugging only;
-        reports say ``noise_seed_is_public``)."""
-        if self.secure_rng:
-            return OSRandom()
-        if self.noise_seed is None:
-            return torch.Generator(device=device).manual_seed(secrets.randbits(63))
-        return seeded_generator(self.noise_seed, _STREAM_RELEASE, *key, device=device)
-
-
-def _check_common(
-    num_directions: int, delta: float, delta_s: float, w_bound: str, step_size: float
-) -> None:
-    check_positive_int("num_directions", num_directions)
-    check_delta(delta)
-    check_delta(delta_s, name="delta_s")
-    check_positive("step_size", step_size)
-    if w_bound not in W_BOUNDS:
-        raise ValueError(f"w_bound must be one of {W_BOUNDS}, got {w_bound!r}")
-
-
-def _check_noise_source(noise_seed: int | None, secure_rng: bool) -> tuple[int | None, bool]:
-    if secure_rng and noise_seed is not None:
+def _check_sigma_or_target(noise_sigma: float | None, target_epsilon: float | None) -> None:
+    if (noise_sigma is None) == (target_epsilon is None):
         raise ValueError(
-            "secure_rng=True draws from the OS CSPRNG, which has no seed: got "
-            f"noise_seed={noise_seed!r} (give one or the other)"
+            "give exactly one of noise_sigma (σ ≥ 0, 0 = not private) and target_epsilon "
+            f"(> 0), got noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
         )
-    seed = None if noise_seed is None else check_nonnegative_int("noise_seed", noise_seed)
-    return seed, bool(secure_rng)
+    if noise_sigma is not None:
+        check_nonnegative("noise_sigma", noise_sigma)
 
 
-class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
+def _planned_releases(trainer: L.Trainer, steps_per_epoch: int) -> int:
+    """Training batches of the run, one release each (optimizer steps × accumulation)."""
+    if trainer.max_steps is not None and trainer.max_steps > 0:
+        return int(trainer.max_steps) * int(trainer.accumulate_grad_batches)
+    if trainer.max_epochs is None or trainer.max_epochs < 0:
+        raise ValueError(
+            "target_epsilon needs a finite training length to calibrate σ: set trainer.max_steps "
+            "or trainer.max_epochs"
+        )
+    return int(trainer.max_epochs) * steps_per_epoch
+
+
+class _BatchReleases:
+    """The per-step releases of DPSWflow-r and DPSWgen (module docstring, "Adjacency"): at step
+    k, the ``b`` indices the datamodule draws without replacement from its secret seed, fresh
+    checked directions Θ_k from ``(seed, k)``, and this rank's rows of the batch released."""
+
+    def __init__(self, release: SlicedGaussianRelease, seed: int) -> None:
+        self.release, self.seed = release, seed
+        self.datamodule: Any = None
+
+    def bind(
+        self,
+        name: str,
+        datamodule: Any,
+        trainer: L.Trainer,
+        target_epsilon: float | None,
+        accountant: str,
+    ) -> None:
+        """Check the datamodule's sampling and calibrate σ (from ``target_epsilon`` over the
+        planned steps, or as given) for ``b`` of ``n`` records per step."""
+        if getattr(datamodule, "sample_rate", None) is not None:
+            raise ValueError(
+                f"{name} releases one noisy row per sampled record, so Poisson sampling "
+                f"(sample_rate={datamodule.sample_rate!r}) would make the batch size part of the "
+                "output, which its add/remove accounting does not cover: set the datamodule's "
+                "batch_size (fixed size b, drawn without replacement) and sample_rate=None"
+            )
+        if getattr(datamodule, "batch_size", None) is None:
+            raise ValueError(
+                f"{name} releases a fixed-size minibatch drawn without replacement every step: "
+                "set the datamodule's batch_size (an integer b in [1, n])"
+            )
+        n, b, dim = int(datamodule.num_private), int(datamodule.batch_size), datamodule.latent_dim
+        if not 1 <= b <= n:
+            raise ValueError(
+                f"batch_size must be in [1, n={n}] (the number of private records), got {b!r}"
+            )
+        self.datamodule = datamodule
+        # A subset drawn from a public seed is known: account b of b (no amplification).
+        n_accounted = b if self.subset_seed_is_public() else n
+        sigma = self.release.noise_sigma
+        if target_epsilon is not None:
+            steps = _planned_releases(trainer, datamodule.steps_per_epoch)
+            multiplier = swor_min_noise_multiplier(
+                n_accounted, b, steps, target_epsilon, self.release.delta, accountant
+            )
+            sigma = multiplier * self.release.sensitivity(int(dim))
+        self.release.calibrate(sigma, int(dim), dataset_size=n_accounted, batch_size=b)
+
+    def batch(self, step: int, device: torch.device) -> Tensor:
+        """This rank's rows ``rank, rank + W, ...`` of step ``step``'s batch."""
+        if self.datamodule is None:
+            raise RuntimeError("call setup() (fit) first")
+        rank, world = rank_world()
+        indices = self.datamodule.without_replacement_indices(step)
+        return self.datamodule.private_records()[indices[rank::world]].to(device)
+
+    def __call__(self, step: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Θ_k and the sorted, all-gathered release ``(N_θ, b)`` of step ``step``."""
+        rank, _ = rank_world()
+        batch = self.batch(step, device)
+        theta = self.release.directions(
+            batch.shape[1], seeded_generator(self.seed, _STREAM_DIRECTIONS, step)
+        ).to(batch.device)
+        source = self.release.noise.source(_STREAM_RELEASE, step, rank, device=batch.device)
+        noisy = all_gather_rows(self.release(batch, theta, source))
+        return theta, torch.sort(noisy.transpose(0, 1), dim=1).values
+
+    def subset_seed_is_public(self) -> bool | None:
+        """Whether the subsets come from a public seed (then no amplification is claimed)."""
+        return None if self.datamodule is None else self.datamodule.seed is not None
+
+
+class _SlicedReleaseModule(ReleasesPrivateData, L.LightningModule):
+    """A module whose only access to private data is one :class:`SlicedGaussianRelease`."""
+
+    release: SlicedGaussianRelease
+
+    def _build_release(
+        self,
+        noise_sigma: float | None,
+        num_directions: int,
+        delta: float,
+        delta_s: float,
+        w_bound: WBound,
+        noise_seed: int | None,
+        secure_rng: bool,
+    ) -> None:
+        self.release = SlicedGaussianRelease(
+            num_directions, delta, delta_s, w_bound, noise_seed, secure_rng,
+            is_private=noise_sigma != 0.0,
+        )  # fmt: skip
+        self.release.noise_sigma = 0.0 if noise_sigma is None else float(noise_sigma)
+
+    def privacy_releases(self) -> list[SlicedGaussianRelease]:
+        return [self.release]
+
+    @property
+    def noise_sigma(self) -> float:
+        """σ of the release (what the flow's drift and the DP-SW loss deconvolve)."""
+        return self.release.noise_sigma
+
+    @property
+    def mechanism_calls(self) -> int:
+        """Releases of private data so far (restored checkpoints included)."""
+        return self.release.events.total
+
+    def on_train_start(self) -> None:
+        warn_if_unaccounted(self)
+
+
+class _ParticleFlow(_SlicedReleaseModule):
     """Particles as module state, manual optimisation, decoding and checkpoints."""
 
     def __init__(
@@ -215,30 +250,21 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        _check_common(num_directions, delta, delta_s, w_bound, step_size)
-        if (noise_sigma is None) == (target_epsilon is None):
-            raise ValueError(
-                "give exactly one of noise_sigma (σ ≥ 0, 0 = not private) and target_epsilon "
-                f"(> 0), got noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
-            )
+        _check_sigma_or_target(noise_sigma, target_epsilon)
+        self._build_release(
+            noise_sigma, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
+        )
         self.num_particles = check_positive_int("num_particles", num_particles)
         if self.num_particles < 2:
             raise ValueError(f"num_particles must be >= 2, got {num_particles!r}")
-        self.num_directions = num_directions
-        if noise_sigma is not None:
-            check_nonnegative("noise_sigma", noise_sigma)
         self.target_epsilon = (
             None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
         )
-        self.delta, self.delta_s, self.w_bound = delta, delta_s, w_bound
-        self.step_size = step_size
+        self.step_size = check_positive("step_size", step_size)
         self.diffusion = check_nonnegative("diffusion", diffusion)
         self.init_std = None if init_std is None else check_positive("init_std", init_std)
         self.evaluate_at = evaluate_at
         self.seed = check_nonnegative_int("seed", seed)
-        self.noise_seed, self.secure_rng = _check_noise_source(noise_seed, secure_rng)
-        self.mechanism_calls = 0
-        self.noise_sigma: float = 0.0 if noise_sigma is None else float(noise_sigma)
         self.dim: int | None = None
         # Parameter only so that Lightning counts optimizer steps (global_step) in manual mode.
         self._step_clock = nn.Parameter(torch.zeros(1))
@@ -266,7 +292,7 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         datamodule.setup(stage)
         self.dim = int(datamodule.latent_dim)
         self._decode = datamodule.decode
-        rank, world = _rank_world()
+        rank, world = rank_world()
         if self.num_particles % world:
             raise ValueError(
                 f"num_particles={self.num_particles} must be divisible by the world size {world}"
@@ -286,7 +312,7 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         self.optimizers().step()
 
     def _flow_step(self, target_sorted: Tensor, theta: Tensor, step: int) -> None:
-        rank, _ = _rank_world()
+        rank, _ = rank_world()
         g = seeded_generator(self.seed, _STREAM_FLOW, step, rank, device=self.particles.device)
         self.particles = sliced_flow_step(
             self.particles,
@@ -302,24 +328,22 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
 
     # -- checkpoints (particles of all ranks) ----------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        _, world = _rank_world()
+        _, world = rank_world()
         particles = self.particles
         if world > 1:
             parts = [torch.zeros_like(particles) for _ in range(world)]
             torch.distributed.all_gather(parts, particles.contiguous())
             particles = torch.cat(parts)
         checkpoint["dpsw_particles"] = particles.detach().cpu()
-        checkpoint["dpsw_mechanism_calls"] = self.mechanism_calls
-        checkpoint["dpsw_noise_sigma"] = self.noise_sigma
+        checkpoint["dpsw_release"] = self.release.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        rank, world = _rank_world()
+        rank, world = rank_world()
         particles = checkpoint["dpsw_particles"]
         shard = particles.shape[0] // world
         self.particles = particles[rank * shard : (rank + 1) * shard].to(self.device)
         self.dim = int(particles.shape[1])
-        self.mechanism_calls = int(checkpoint["dpsw_mechanism_calls"])
-        self.noise_sigma = float(checkpoint["dpsw_noise_sigma"])
+        self.release.load_state_dict(checkpoint["dpsw_release"])
 
     def attach_datamodule(self, datamodule: Any) -> None:
         """Attach the public decoder of a (not set-up) ``PrivateLatentDataModule`` after a
@@ -356,6 +380,8 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         raise NotImplementedError
 
     def on_fit_end(self) -> None:
+        """Save the particles and a grid of their images (rank 0). The privacy report is the
+        accountant's (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`)."""
         if self._trainer is None:
             return
         # trainer.log_dir broadcasts under DDP: every rank must read it (else rank 0 deadlocks).
@@ -363,7 +389,6 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
         if not self.trainer.is_global_zero:
             return
         log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / "privacy_report.json").write_text(json.dumps(self.privacy_report(), indent=2))
         samples = self.sample(min(64, self.particles.shape[0]))
         if samples.ndim == 4 and samples.shape[1] in (1, 3):
             from torchvision.utils import save_image
@@ -372,12 +397,6 @@ class _ParticleFlow(_SlicedReleaseMixin, L.LightningModule):
 
             save_image(images_to_grid(samples), log_dir / "samples.png")
         torch.save(self.particles.detach().cpu(), log_dir / "particles.pt")
-
-    def privacy_report(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def loss_description(self) -> dict[str, Any]:
-        return {"privacy": self.privacy_report()}
 
 
 class DPSWFlow(_ParticleFlow):
@@ -389,8 +408,9 @@ class DPSWFlow(_ParticleFlow):
     :func:`~lightning_dpot.ot.sliced.sliced_flow_step`).
 
     Privacy: one Gaussian mechanism with sensitivity ``Δ = 2·sqrt(w(N_θ, δ_s))`` (all ``N_θ``
-    directions count, whichever ``M_θ`` a step uses): ``ε = gaussian_epsilon(σ, δ, Δ)`` (analytic),
-    reported at ``δ + δ_s``. Give either ``noise_sigma`` (σ) or ``target_epsilon`` (σ is then
+    directions count, whichever ``M_θ`` a step uses), emitted as one
+    :class:`~lightning_dpot.privacy.events.GaussianRelease`: ``ε`` from the analytic Gaussian
+    mechanism at ``δ``. Give either ``noise_sigma`` (σ) or ``target_epsilon`` (σ is then
     calibrated with the analytic Gaussian mechanism). ε never grows with steps.
 
     Samples: ``num_particles``; more are free with :meth:`generate` (a new flow from the cache).
@@ -400,14 +420,15 @@ class DPSWFlow(_ParticleFlow):
         num_directions: ``N_θ`` (paper: 31).
         directions_per_step: ``M_θ ≤ N_θ`` (paper: 25).
         noise_sigma / target_epsilon: exactly one.
-        delta: δ of the Gaussian mechanism; delta_s: δ_s of the bound on w; w_bound: its form.
+        delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
+            (:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`).
         step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
         evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
         seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
             particles): post-processing or data-independent, so it may be published.
         noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
             never recorded. An integer makes it reproducible, but anyone who knows it can
-            subtract the noise: tests and debugging only (:meth:`release_generator`).
+            subtract the noise: tests and debugging only.
         secure_rng: release noise from the OS CSPRNG instead (``docs/secure_noise.md``).
     """
 
@@ -454,26 +475,33 @@ class DPSWFlow(_ParticleFlow):
                 setattr(self, name, torch.empty_like(saved, device=getattr(self, name).device))
         super()._load_from_state_dict(state_dict, prefix, *args)
 
+    def next_step_events(self) -> list:
+        """Steps release nothing: the one release happens before training."""
+        return []
+
     def calibrate(self, datamodule: Any) -> None:
         n_private = datamodule.num_private
-        self.theta = torch.zeros(self.num_directions, self.dim, device=self.device)
-        self.release_sorted = torch.zeros(self.num_directions, n_private, device=self.device)
+        self.theta = torch.zeros(self.release.num_directions, self.dim, device=self.device)
+        self.release_sorted = torch.zeros(
+            self.release.num_directions, n_private, device=self.device
+        )
+        sigma = self.release.noise_sigma
         if self.target_epsilon is not None:
-            self.noise_sigma = gaussian_sigma(
-                self.target_epsilon, self.delta, self.sensitivity(self.dim)
+            sigma = gaussian_sigma(
+                self.target_epsilon, self.release.delta, self.release.sensitivity(self.dim)
             )
+        self.release.calibrate(sigma, self.dim)
 
     def on_fit_start(self) -> None:
         """Release once (rank 0, broadcast), unless a checkpoint already holds the release."""
         if bool(self.released):
             return
         datamodule = self._datamodule()
-        theta = random_directions(
-            self.num_directions, self.dim, seeded_generator(self.seed, _STREAM_DIRECTIONS)
-        )
+        theta = self.release.directions(self.dim, seeded_generator(self.seed, _STREAM_DIRECTIONS))
         if self.trainer.is_global_zero:
             records = datamodule.private_records()
-            noisy = self.release(records, theta, self.noise_sigma, self.release_generator())
+            source = self.release.noise.source(_STREAM_RELEASE, device=records.device)
+            noisy = self.release(records, theta, source)
             release_sorted = torch.sort(noisy.transpose(0, 1), dim=1).values
         else:
             release_sorted = torch.zeros_like(self.release_sorted).cpu()
@@ -484,7 +512,7 @@ class DPSWFlow(_ParticleFlow):
 
     def _directions_at(self, step: int) -> Tensor:
         g = seeded_generator(self.seed, _STREAM_SUBSET, step)
-        return torch.randperm(self.num_directions, generator=g)[: self.directions_per_step]
+        return torch.randperm(self.release.num_directions, generator=g)[: self.directions_per_step]
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         step = self.trainer.global_step
@@ -516,192 +544,29 @@ class DPSWFlow(_ParticleFlow):
     def _more_samples_note(self) -> str:
         return "DPSWFlow.generate(n, num_steps) reruns the flow from the cached release for free"
 
-    def epsilon(self) -> float:
-        """ε of the one release at δ (analytic Gaussian mechanism); ``inf`` if σ = 0."""
-        if self.noise_sigma == 0.0:
-            return math.inf
-        return gaussian_epsilon(self.noise_sigma, self.delta, self.sensitivity(self.dim))
+    def privacy_context(self) -> dict[str, Any]:
+        return {"method": "DPSWflow (paper 004, Algorithm 2): one release"}
 
-    def privacy_report(self) -> dict[str, Any]:
-        dim = self.dim or 0
-        return {
-            "mechanism": "gaussian sliced release, once (paper 004 eq. 23, Algorithm 2)",
-            "adjacency": "replace-one",
-            "noise_sigma": self.noise_sigma,
-            "num_directions": self.num_directions,
-            "dim": dim,
-            "w_bound": self.w_bound,
-            "sensitivity_l2": self.sensitivity(dim) if dim else None,
-            "calibration": "analytic (Balle & Wang 2018)",
-            "noise_seed_is_public": self.noise_seed is not None,
-            "secure_rng": self.secure_rng,
-            "mechanism_calls": self.mechanism_calls,
-            "epsilon": _json_number(self.epsilon()) if dim else None,
-            "delta": sliced_release_delta(self.delta, self.delta_s, 1),
-            "delta_mechanism": self.delta,
-            "delta_s": self.delta_s,
-            "steps": int(self.trainer.global_step) if self._trainer is not None else None,
-        }
+    def planned_events(self) -> list:
+        """The one release, before it is drawn (so a budget can refuse it)."""
+        event = self.release.event
+        return [] if bool(self.released) or event is None else [event]
 
 
-def _json_number(x: float) -> float | str:
-    return x if math.isfinite(x) else str(x)
-
-
-def _planned_steps(trainer: L.Trainer, steps_per_epoch: int) -> int:
-    if trainer.max_steps is not None and trainer.max_steps > 0:
-        return int(trainer.max_steps)
-    if trainer.max_epochs is None or trainer.max_epochs < 0:
-        raise ValueError(
-            "target_epsilon needs a finite training length to calibrate σ: set trainer.max_steps "
-            "or trainer.max_epochs"
-        )
-    return int(trainer.max_epochs) * steps_per_epoch
-
-
-class _PerStepRelease(_SlicedReleaseMixin):
-    """Shared by DPSWFlowR and DPSWGen: fresh Θ + release of a fixed-size batch drawn without
-    replacement every step (module docstring, "Adjacency")."""
-
-    noise_sigma: float
-    target_epsilon: float | None
-    accountant: str
-    sample_rate: float | None
-    batch_size: int | None
-    dataset_size: int | None
-    dim: int | None
-    seed: int
-
-    def calibrate_per_step(self, trainer: L.Trainer, datamodule: Any) -> None:
-        name = type(self).__name__
-        if getattr(datamodule, "sample_rate", None) is not None:
-            raise ValueError(
-                f"{name} releases one noisy row per sampled record, so Poisson sampling "
-                f"(sample_rate={datamodule.sample_rate!r}) would make the batch size part of the "
-                "output, which its add/remove accounting does not cover: set the datamodule's "
-                "batch_size (fixed size b, drawn without replacement) and sample_rate=None"
-            )
-        if getattr(datamodule, "batch_size", None) is None:
-            raise ValueError(
-                f"{name} releases a fixed-size minibatch drawn without replacement every step: "
-                "set the datamodule's batch_size (an integer b in [1, n])"
-            )
-        n, b = int(datamodule.num_private), int(datamodule.batch_size)
-        if not 1 <= b <= n:
-            raise ValueError(
-                f"batch_size must be in [1, n={n}] (the number of private records), got {b!r}"
-            )
-        self.dataset_size, self.batch_size, self.sample_rate = n, b, b / n
-        self.__dict__["_batch_source"] = datamodule  # not module state
-        if self.target_epsilon is not None:
-            steps = _planned_steps(trainer, datamodule.steps_per_epoch)
-            multiplier = swor_min_noise_multiplier(
-                n, b, steps, self.target_epsilon, self.delta, self.accountant
-            )
-            self.noise_sigma = multiplier * self.sensitivity(int(self.dim))
-
-    def dp_step(self) -> dict[str, Any] | None:
-        """What one step releases: ``{"noise_multiplier": σ/Δ, "sample_rate": b/n, "sampling":
-        "without_replacement", "dataset_size": n, "batch_size": b}`` (replace-one; module
-        docstring). ``None`` when σ = 0 (not private)."""
-        if self.noise_sigma == 0.0 or self.batch_size is None or self.dataset_size is None:
-            return None
-        multiplier = sliced_noise_multiplier(self.noise_sigma, self.sensitivity(int(self.dim)))
-        return {
-            "noise_multiplier": multiplier,
-            "sample_rate": self.batch_size / self.dataset_size,
-            "sampling": WITHOUT_REPLACEMENT,
-            "dataset_size": self.dataset_size,
-            "batch_size": self.batch_size,
-        }
-
-    def step_batch(self, step: int, device: torch.device) -> Tensor:
-        """This rank's rows of step ``step``'s batch: the ``b`` indices drawn without
-        replacement from ``(seed, step)`` by the datamodule (same on every rank), rows
-        ``rank, rank + W, ...`` of them."""
-        source = self.__dict__.get("_batch_source")
-        if source is None:
-            raise RuntimeError(f"{type(self).__name__}: call setup() (fit) first")
-        rank, world = _rank_world()
-        indices = source.without_replacement_indices(step)
-        if indices.numel() != self.batch_size:
-            raise RuntimeError(
-                f"drew {indices.numel()} records at step {step}, dp_step() reports "
-                f"batch_size={self.batch_size}"
-            )
-        return source.private_records()[indices[rank::world]].to(device)
-
-    def release_step(self, step: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        """Θ_k (seeded by (seed, step), same on all ranks) and the sorted, all-gathered release
-        ``(N_θ, b)`` of this step's fixed-size batch."""
-        rank, _ = _rank_world()
-        batch = self.step_batch(step, device)
-        theta = random_directions(
-            self.num_directions,
-            int(self.dim),
-            seeded_generator(self.seed, _STREAM_DIRECTIONS, step),
-        ).to(batch.device)
-        g = self.release_generator(step, rank, device=batch.device)
-        noisy = self.release(batch, theta, self.noise_sigma, g)
-        noisy = _all_gather_rows(noisy)
-        return theta, torch.sort(noisy.transpose(0, 1), dim=1).values
-
-    def _subset_seed_is_public(self) -> bool | None:
-        source = self.__dict__.get("_batch_source")
-        return None if source is None else source.seed is not None
-
-    def per_step_report(self, steps: int) -> dict[str, Any]:
-        dim = int(self.dim or 0)
-        report: dict[str, Any] = {
-            "mechanism": "gaussian sliced release per step of a fixed-size batch sampled without "
-            "replacement (paper 004 Alg. 1; Wang, Balle, Kasiviswanathan 2019)",
-            "adjacency": "replace_one",
-            "sampling": WITHOUT_REPLACEMENT,
-            "dataset_size": self.dataset_size,
-            "batch_size": self.batch_size,
-            "noise_sigma": self.noise_sigma,
-            "noise_seed_is_public": self.noise_seed is not None,
-            "secure_rng": self.secure_rng,
-            "subset_seed_is_public": self._subset_seed_is_public(),
-            "num_directions": self.num_directions,
-            "dim": dim,
-            "w_bound": self.w_bound,
-            "sample_rate": self.sample_rate,
-            "steps": steps,
-            "mechanism_calls": self.mechanism_calls,
-            "delta_mechanism": self.delta,
-            "delta_s": self.delta_s,
-            "delta": sliced_release_delta(self.delta, self.delta_s, steps),
-        }
-        if dim:
-            sens = self.sensitivity(dim)
-            report["sensitivity_l2"] = sens
-            report["noise_multiplier"] = self.noise_sigma / sens
-            if self.noise_sigma > 0 and self.batch_size is not None and steps > 0:
-                # RDP only: dp-accounting has no PLD for sampling without replacement.
-                assert self.dataset_size is not None
-                report["epsilon_rdp"] = swor_gaussian_epsilon(
-                    self.noise_sigma / sens, self.dataset_size, self.batch_size, steps, self.delta
-                )
-            elif steps > 0:
-                report["epsilon_rdp"] = "inf"
-        return report
-
-
-class DPSWFlowR(_PerStepRelease, _ParticleFlow):
+class DPSWFlowR(_ParticleFlow):
     """DPSWflow-r (paper 004, Algorithm 1): fresh Θ and a fresh fixed-size batch every step.
 
-    Step ``k``: ``Θ_k`` (``N_θ`` directions, generator seeded by ``(seed, k)``), release
+    Step ``k``: ``Θ_k`` (``N_θ`` checked directions, generator seeded by ``(seed, k)``), release
     ``Ỹ_k = B_k Θ_kᵀ + Z_k`` of the batch ``B_k`` (``b`` of the ``n`` records, uniformly without
     replacement by the datamodule, from its secret sampling seed), then
     ``X_{k+1} = X_k + h·v̂(X_k; Ỹ_k, Θ_k) + sqrt(2λh)·ξ`` (eqs. 18–21).
 
-    Privacy (replace-one): ``T`` steps of the subsampled Gaussian without replacement, ratio
-    ``γ = b/n``, multiplier ``σ/Δ``, ``Δ = 2·sqrt(w(N_θ, δ_s))``; RDP per step bounded by Wang,
-    Balle & Kasiviswanathan 2019 (for ``b = n``: ``α/(2(σ/Δ)²)``), composed by
-    :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback` through :meth:`dp_step`;
-    δ_total = ``δ + T·δ_s``. Give ``noise_sigma`` or ``target_epsilon`` (σ is then the smallest
-    multiplier reaching it over the planned ``T`` = max_steps or max_epochs·steps_per_epoch).
+    Privacy (replace-one): each release emits one subsampled-Gaussian-without-replacement event,
+    ratio ``γ = b/n``, multiplier ``σ/Δ``, ``Δ = 2·sqrt(w(N_θ, δ_s))``; RDP per step bounded by
+    Wang, Balle & Kasiviswanathan 2019 (for ``b = n``: ``α/(2(σ/Δ)²)``), composed by
+    :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`. Give ``noise_sigma`` or
+    ``target_epsilon`` (σ is then the smallest multiplier reaching it over the planned ``T`` =
+    max_steps or max_epochs·steps_per_epoch).
 
     Samples: the ``num_particles`` particles only — more would need another flow on new releases,
     which spends budget (the accountant would have to compose them).
@@ -736,16 +601,16 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
         )  # fmt: skip
         self.save_hyperparameters()
         self.accountant = accountant
-        self.sample_rate: float | None = None
-        self.batch_size: int | None = None
-        self.dataset_size: int | None = None
+        self.batches = _BatchReleases(self.release, self.seed)
 
     def calibrate(self, datamodule: Any) -> None:
-        self.calibrate_per_step(self.trainer, datamodule)
+        self.batches.bind(
+            type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
+        )
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
         step = self.trainer.global_step  # the loader only yields step numbers
-        theta, target_sorted = self.release_step(step, self.particles.device)
+        theta, target_sorted = self.batches(step, self.particles.device)
         self._flow_step(target_sorted.transpose(0, 1), theta, step)
         self._tick()
 
@@ -755,12 +620,14 @@ class DPSWFlowR(_PerStepRelease, _ParticleFlow):
             "private data, which spends privacy budget"
         )
 
-    def privacy_report(self) -> dict[str, Any]:
-        steps = int(self.trainer.global_step) if self._trainer is not None else 0
-        return self.per_step_report(steps)
+    def privacy_context(self) -> dict[str, Any]:
+        return {
+            "method": "DPSWflow-r (paper 004, Algorithm 1): one release per step",
+            "subset_seed_is_public": self.batches.subset_seed_is_public(),
+        }
 
 
-class DPSWGen(_PerStepRelease, L.LightningModule):
+class DPSWGen(_SlicedReleaseModule):
     """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with
     the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
 
@@ -768,7 +635,9 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
     images ``G(u)``, ``u ~ N(0, I)``; map them to the latent sphere with the frozen public encoder,
     ``z = E(G(u))`` (identity + unit-ball scaling without an autoencoder); minimise
     ``L = (1/N_θ) Σ_j W_2^2(θ_j#z * N(0, σ²), Ỹ_k[:, j])``
-    (:func:`~lightning_dpot.ot.sliced.dp_sliced_wasserstein_loss`, eq. 11).
+    (:func:`~lightning_dpot.ot.sliced.dp_sliced_wasserstein_loss`, eq. 11). Each training batch
+    releases once, so with ``accumulate_grad_batches = k`` one optimizer step is k releases, and
+    the accountant composes k events.
 
     Samples: unlimited and free (``G(u)``).
 
@@ -796,32 +665,27 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         secure_rng: bool = False,
     ) -> None:
         super().__init__()
-        _check_common(num_directions, delta, delta_s, w_bound, 1.0)
-        if (noise_sigma is None) == (target_epsilon is None):
-            raise ValueError(
-                "give exactly one of noise_sigma (σ ≥ 0) and target_epsilon (> 0), got "
-                f"noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
-            )
+        _check_sigma_or_target(noise_sigma, target_epsilon)
         self.save_hyperparameters(ignore=["generator"])
         self.generator = generator
-        self.num_directions = num_directions
-        self.noise_sigma = (
-            0.0 if noise_sigma is None else check_nonnegative("noise_sigma", noise_sigma)
+        self._build_release(
+            noise_sigma, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
         )
         self.target_epsilon = (
             None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
         )
-        self.delta, self.delta_s, self.w_bound = delta, delta_s, w_bound
         self.generated_batch_size = check_positive_int("generated_batch_size", generated_batch_size)
         self.lr = lr
         self.accountant = accountant
         self.seed = check_nonnegative_int("seed", seed)
-        self.noise_seed, self.secure_rng = _check_noise_source(noise_seed, secure_rng)
-        self.mechanism_calls = 0
-        self.sample_rate: float | None = None
-        self.batch_size: int | None = None
-        self.dataset_size: int | None = None
+        self.batches = _BatchReleases(self.release, self.seed)
         self.dim: int | None = None
+
+    def privacy_context(self) -> dict[str, Any]:
+        return {
+            "method": "DPSWgen (Rakotomamonjy & Ralaivola 2021): one release per batch",
+            "subset_seed_is_public": self.batches.subset_seed_is_public(),
+        }
 
     def setup(self, stage: str) -> None:
         if self.dim is not None:
@@ -833,7 +697,9 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         self.dim = int(datamodule.latent_dim)
         # Kept out of the module's state (the frozen public autoencoder belongs to stage 1).
         self.__dict__["_autoencoder"] = datamodule.autoencoder
-        self.calibrate_per_step(self.trainer, datamodule)
+        self.batches.bind(
+            type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
+        )
 
     def to_latent(self, records: Tensor) -> Tensor:
         """Differentiable map of generated records to the private latents' space."""
@@ -847,11 +713,14 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         return self.generator(u)
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
-        step = self.trainer.global_step  # the loader only yields step numbers
-        theta, target_sorted = self.release_step(step, self.device)
+        # Each training batch is a release with its own subset and Θ, keyed by the batch's index
+        # in the run (= global_step unless accumulate_grad_batches > 1, where one optimizer step
+        # spans several batches: re-releasing one subset would not be a fresh subsampled step).
+        step = self.trainer.current_epoch * self.batches.datamodule.steps_per_epoch + batch_idx
+        theta, target_sorted = self.batches(step, self.device)
         u = torch.randn(self.generated_batch_size, self.generator.latent_dim, device=self.device)
         z = self.to_latent(self(u))
-        g = seeded_generator(self.seed, _STREAM_FLOW, step, _rank_world()[0], device=z.device)
+        g = seeded_generator(self.seed, _STREAM_FLOW, step, rank_world()[0], device=z.device)
         loss = dp_sliced_wasserstein_loss(
             z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
         )
@@ -868,29 +737,10 @@ class DPSWGen(_PerStepRelease, L.LightningModule):
         return self(u).cpu()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["dpsw_mechanism_calls"] = self.mechanism_calls
-        checkpoint["dpsw_noise_sigma"] = self.noise_sigma
+        checkpoint["dpsw_release"] = self.release.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.mechanism_calls = int(checkpoint["dpsw_mechanism_calls"])
-        self.noise_sigma = float(checkpoint["dpsw_noise_sigma"])
-
-    def privacy_report(self) -> dict[str, Any]:
-        steps = int(self.trainer.global_step) if self._trainer is not None else 0
-        return self.per_step_report(steps)
-
-    def loss_description(self) -> dict[str, Any]:
-        return {"privacy": self.privacy_report()}
-
-    def on_fit_end(self) -> None:
-        if self._trainer is None:
-            return
-        # trainer.log_dir broadcasts under DDP: every rank must read it (else rank 0 deadlocks).
-        log_dir = Path(self.trainer.log_dir or self.trainer.default_root_dir)
-        if not self.trainer.is_global_zero:
-            return
-        log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / "privacy_report.json").write_text(json.dumps(self.privacy_report(), indent=2))
+        self.release.load_state_dict(checkpoint["dpsw_release"])
 
 
 def toy_sliced_wasserstein(particles: Tensor, target: Tensor, num_directions: int = 500) -> float:

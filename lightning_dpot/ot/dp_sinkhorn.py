@@ -34,6 +34,8 @@ fact the privacy analysis uses, §4.3).
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -70,7 +72,7 @@ def class_conditional_features(
     x: Tensor, labels: Tensor | None, num_classes: int | None, class_weight: float
 ) -> Tensor:
     """Flattened records ``(N, D)``, with ``[x, α_c·onehot(l)]`` when labels are given (D.3)."""
-    flat = x.reshape(x.shape[0], -1)
+    flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
     if labels is None or num_classes is None:
         return flat
     onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(flat.dtype)
@@ -155,8 +157,12 @@ class SemiDebiasedSinkhorn(nn.Module):
         x_labels: Tensor | None = None,
         y_labels: Tensor | None = None,
     ) -> Tensor:
-        """Ŝ over generated ``x`` (``n + n'`` rows, any trailing shape), real ``y`` (m ≥ 1 rows),
-        ``num_cross`` = n; labels are required when ``num_classes`` is set."""
+        """Ŝ over generated ``x`` (``n + n'`` rows, any trailing shape), real ``y`` (m rows),
+        ``num_cross`` = n; labels are required when ``num_classes`` is set.
+
+        An empty ``y`` (an empty Poisson batch) has no cross term; the debias term needs no real
+        data and is still computed, so the gradient's debias rows are what they are with data
+        (released as exact zeros they would reveal that the batch was empty)."""
         n = int(num_cross)
         n_prime = x.shape[0] - n
         if not 1 <= n <= x.shape[0] or n_prime != debias_rows(n, self.debias_fraction):
@@ -164,8 +170,6 @@ class SemiDebiasedSinkhorn(nn.Module):
                 f"x must have n + floor(n*p) rows for num_cross n={n} and p="
                 f"{self.debias_fraction}, got {x.shape[0]} rows"
             )
-        if y.shape[0] == 0:
-            raise ValueError("y is empty: Ŝ needs at least one real record (m >= 1)")
         if self.num_classes is not None and (x_labels is None or y_labels is None):
             raise ValueError(
                 f"num_classes={self.num_classes}: x_labels and y_labels are required "
@@ -174,8 +178,8 @@ class SemiDebiasedSinkhorn(nn.Module):
         fx = class_conditional_features(x, x_labels, self.num_classes, self.class_weight)
         fy = class_conditional_features(y, y_labels, self.num_classes, self.class_weight)
         fy = fy.to(fx.dtype)
-        cross = self.entropic_ot(fx[:n], fy)
-        cross_info = self.last_info
         debias = self.entropic_ot(fx[:n], fx[n_prime : n + n_prime])
-        self.last_info = cross_info
+        if fy.shape[0] == 0:
+            return -debias
+        cross = self.entropic_ot(fx[:n], fy)
         return 2.0 * cross - debias

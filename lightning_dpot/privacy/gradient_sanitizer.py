@@ -23,19 +23,23 @@ block with noise 2Δσ, which matches multiplier σ; we implement that.
 Noise source. The noise must be secret: by default it comes from a private ``torch.Generator``
 seeded from OS entropy (``noise_seed=None``). An explicit ``noise_seed`` makes runs reproducible
 (the noise of step t on rank r is drawn from a generator seeded by ``(noise_seed, t, r)``) but
-anyone who knows the seed can subtract the noise: use it for tests and debugging only.
+anyone who knows the seed can subtract the noise: use it for tests and debugging only
+(:class:`~lightning_dpot.privacy.secure_rng.SecretNoise`).
+
+Events. The sanitizer is a release object (:mod:`lightning_dpot.privacy.contract`): every call
+with noise emits one :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` (σ, q) into
+``events``, q being the Poisson rate the method sets in ``sample_rate``. Under DDP each rank
+sanitizes its own block (parallel composition: one step) and emits into its own log.
 """
 
 from __future__ import annotations
 
-import secrets
-
-import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.secure_rng import NoiseSource, OSRandom, standard_normal
-from lightning_dpot.privacy.validation import check_nonnegative, check_positive
+from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
+from lightning_dpot.privacy.secure_rng import SecretNoise, standard_normal
+from lightning_dpot.privacy.validation import check_nonnegative, check_positive, check_probability
 
 __all__ = ["GradientSanitizer", "clip_frobenius"]
 
@@ -45,11 +49,6 @@ def clip_frobenius(block: Tensor, clip_norm: float) -> Tensor:
     norm = torch.linalg.vector_norm(block)
     scale = torch.clamp(clip_norm / norm.clamp_min(1e-30), max=1.0)
     return block * scale
-
-
-def _seeded(key: tuple[int, ...], device: torch.device) -> torch.Generator:
-    state = np.random.SeedSequence([int(k) for k in key]).generate_state(2, dtype=np.uint32)
-    return torch.Generator(device=device).manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
 class GradientSanitizer:
@@ -64,6 +63,9 @@ class GradientSanitizer:
         secure_rng: draw the noise from the OS CSPRNG (:class:`~lightning_dpot.privacy.
             secure_rng.OSRandom`, on the CPU, then copied to the gradient's device) instead of
             a secretly seeded ``torch.Generator``; excludes ``noise_seed``.
+        sample_rate: the Poisson rate q of the batches whose gradients it sanitizes (1 for a
+            whole dataset); part of every event, so required before a call with noise (the
+            method sets it from its datamodule).
 
     After each call, ``last`` holds detached tensors of the step: ``clipped_cross`` (before
     noise), ``released`` (the returned gradient, flattened) and ``num_cross``; used by tests and
@@ -76,17 +78,15 @@ class GradientSanitizer:
         noise_multiplier: float,
         noise_seed: int | None = None,
         secure_rng: bool = False,
+        sample_rate: float | None = None,
     ) -> None:
         self.clip_norm = check_positive("clip_norm", clip_norm)
         self.noise_multiplier = check_nonnegative("noise_multiplier", noise_multiplier)
-        if secure_rng and noise_seed is not None:
-            raise ValueError(
-                "secure_rng=True draws from the OS CSPRNG, which has no seed: got "
-                f"noise_seed={noise_seed!r} (give one or the other)"
-            )
-        self.noise_seed = None if noise_seed is None else int(noise_seed)
-        self.secure_rng = bool(secure_rng)
-        self._entropy_generators: dict[str, torch.Generator] = {}
+        self.noise = SecretNoise(noise_seed, secure_rng)
+        self.sample_rate = (
+            None if sample_rate is None else check_probability("sample_rate", sample_rate)
+        )
+        self.events = EventLog()
         self.last: dict[str, Tensor | int] = {}
 
     # -- the numbers the accountant is told -------------------------------------------------------
@@ -104,18 +104,31 @@ class GradientSanitizer:
         """``noise_std / sensitivity_l2`` (= σ): the SGM multiplier of one release."""
         return self.noise_std / self.sensitivity_l2
 
-    # -- noise ------------------------------------------------------------------------------------
-    def _generator(self, device: torch.device, step: int, rank: int) -> NoiseSource:
-        if self.secure_rng:
-            return OSRandom()
-        if self.noise_seed is not None:
-            return _seeded((self.noise_seed, step, rank), device)
-        key = str(device)
-        if key not in self._entropy_generators:
-            gen = torch.Generator(device=device)
-            gen.manual_seed(secrets.randbits(63))
-            self._entropy_generators[key] = gen
-        return self._entropy_generators[key]
+    # -- the release object's contract (lightning_dpot.privacy.contract) ------------------------
+    @property
+    def is_private(self) -> bool:
+        return self.noise_multiplier > 0.0
+
+    @property
+    def event(self) -> SubsampledGaussianStep | None:
+        """One Poisson-subsampled Gaussian step (σ, q); ``None`` without noise."""
+        if self.noise_multiplier == 0.0:
+            return None
+        if self.sample_rate is None:
+            raise RuntimeError("GradientSanitizer.sample_rate (the Poisson rate q) is not set")
+        rate = check_probability("sample_rate", self.sample_rate)
+        return SubsampledGaussianStep(self.accounting_noise_multiplier(), rate)
+
+    def facts(self) -> dict:
+        return {
+            "mechanism": "gaussian on the jointly clipped cross block (paper 002 §4.3, SPEC §6)",
+            "clip_norm": self.clip_norm,
+            "sensitivity_l2": self.sensitivity_l2,
+            "noise_std": self.noise_std,
+            "noise_multiplier": self.noise_multiplier,
+            "releases": self.events.total,
+            **self.noise.facts(),
+        }
 
     # -- the release ------------------------------------------------------------------------------
     def __call__(self, grad: Tensor, num_cross: int, step: int = 0, rank: int = 0) -> Tensor:
@@ -129,14 +142,13 @@ class GradientSanitizer:
         cross = clip_frobenius(flat[:num_cross], self.clip_norm)
         debias = clip_frobenius(flat[num_cross:], self.clip_norm)
         clipped_cross = cross
-        if self.noise_multiplier > 0:
-            noise = standard_normal(
-                tuple(cross.shape),
-                self._generator(grad.device, step, rank),
-                device=grad.device,
-                dtype=cross.dtype,
-            )
+        event = self.event
+        if event is not None:
+            source = self.noise.source(step, rank, device=grad.device)
+            shape = tuple(cross.shape)
+            noise = standard_normal(shape, source, device=grad.device, dtype=cross.dtype)
             cross = cross + self.noise_std * noise
+            self.events.emit(event)
         released = torch.cat([cross, debias])
         self.last = {
             "clipped_cross": clipped_cross.detach(),

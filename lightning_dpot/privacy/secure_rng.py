@@ -25,12 +25,23 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["NoiseSource", "OSRandom", "permutation", "standard_normal", "uniform"]
+from lightning_dpot.privacy.validation import check_nonnegative_int
+
+__all__ = [
+    "NoiseSource",
+    "OSRandom",
+    "SecretNoise",
+    "permutation",
+    "seeded_generator",
+    "standard_normal",
+    "uniform",
+]
 
 _TWO_POW_53 = float(2**53)
 
@@ -68,6 +79,51 @@ class OSRandom:
 
 NoiseSource = torch.Generator | OSRandom
 """Where noise comes from: a (seeded or secretly seeded) torch generator, or :class:`OSRandom`."""
+
+
+def seeded_generator(*key: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator seeded by a tuple of integers (``SeedSequence(key)``), e.g.
+    ``(seed, stream, step)``: reproducible, independent streams, identical on every rank."""
+    state = np.random.SeedSequence([int(k) for k in key]).generate_state(2, dtype=np.uint32)
+    return torch.Generator(device=device).manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+class SecretNoise:
+    """Where a release object's noise comes from; the one helper every release uses.
+
+    * default (``noise_seed=None``): a torch generator per device, seeded once from the OS
+      entropy pool and never recorded, so nobody can regenerate the noise;
+    * ``secure_rng=True``: the OS CSPRNG itself (:class:`OSRandom`), no generator state at all;
+    * ``noise_seed=k``: the generator of ``(k, *key)`` (:func:`seeded_generator`), reproducible,
+      and anyone who knows ``k`` can subtract the noise: tests and debugging only. Reports say
+      ``noise_seed_is_public``.
+    """
+
+    def __init__(self, noise_seed: int | None = None, secure_rng: bool = False) -> None:
+        if secure_rng and noise_seed is not None:
+            raise ValueError(
+                "secure_rng=True draws from the OS CSPRNG, which has no seed: got "
+                f"noise_seed={noise_seed!r} (give one or the other)"
+            )
+        self.noise_seed = (
+            None if noise_seed is None else check_nonnegative_int("noise_seed", noise_seed)
+        )
+        self.secure_rng = bool(secure_rng)
+        self._entropy: dict[str, torch.Generator] = {}
+
+    def source(self, *key: int, device: torch.device | str = "cpu") -> NoiseSource:
+        """The noise source of the call identified by ``key`` (used only with a public seed)."""
+        if self.secure_rng:
+            return OSRandom()
+        if self.noise_seed is not None:
+            return seeded_generator(self.noise_seed, *key, device=device)
+        name = str(torch.device(device))
+        if name not in self._entropy:
+            self._entropy[name] = torch.Generator(device=device).manual_seed(secrets.randbits(63))
+        return self._entropy[name]
+
+    def facts(self) -> dict:
+        return {"noise_seed_is_public": self.noise_seed is not None, "secure_rng": self.secure_rng}
 
 
 def uniform(shape: tuple[int, ...], source: NoiseSource | None) -> Tensor:

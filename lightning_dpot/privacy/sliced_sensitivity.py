@@ -39,13 +39,12 @@ the ℓ2 sensitivity used to calibrate the Gaussian mechanism (the factor 2 is p
 
 Every form is capped at ``N_θ`` (``S ≤ N_θ`` surely); for ``d = 1``, ``S = N_θ`` exactly.
 
-**δ_s enters the reported δ.** The bound fails on an event of probability ≤ δ_s over the draw of
-Θ (independent of the data, so the adversary's pair is fixed before it). Outside that event the
-Gaussian mechanism's guarantee holds, so one release is ``(ε, δ + δ_s)``-DP where the mechanism
-(or the accountant) gives ``(ε, δ)``. For ``k`` releases with independently drawn Θ (DPSWflow-r,
-DPSWgen: a fresh Θ every step) the failure events add up by the union bound:
-``δ_total = δ + k·δ_s`` (:func:`sliced_release_delta`). DPSWflow draws Θ and releases once:
-``δ + δ_s``.
+**δ_s and the reported δ.** The bound fails on an event of probability ≤ δ_s over the draw of
+Θ for a *fixed* pair of records. With Θ drawn from a public seed the adversary may pick the pair
+knowing Θ, so the package does not rely on it:
+:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease` checks
+``‖Θ‖²_op ≤ w`` on every draw, the sensitivity then holds surely, and δ carries no δ_s term
+(the paper reports ``δ + k·δ_s``, a union bound over ``k`` draws).
 
 The accountant sees the release as a Gaussian mechanism with noise multiplier
 ``σ / sensitivity`` (:func:`sliced_noise_multiplier`). The sensitivity here is for replace-one
@@ -67,7 +66,6 @@ from lightning_dpot.privacy.secure_rng import NoiseSource
 from lightning_dpot.privacy.validation import (
     check_delta,
     check_nonnegative,
-    check_nonnegative_int,
     check_positive,
     check_positive_int,
 )
@@ -83,7 +81,6 @@ __all__ = [
     "gaussian_sliced_release",
     "projection_bound_w",
     "sliced_noise_multiplier",
-    "sliced_release_delta",
     "sliced_sensitivity",
     "sliced_sigma",
 ]
@@ -134,7 +131,7 @@ def projection_bound_w(
     Args:
         num_directions: ``N_θ ≥ 1``.
         dim: data dimension ``d ≥ 1``.
-        delta_s: failure probability ``δ_s ∈ (0, 1)``, to be added to the reported δ.
+        delta_s: failure probability ``δ_s ∈ (0, 1)`` for a fixed direction.
         method: ``"auto"`` (eq. 26 if ``N_θ > 30``, else eq. 25), ``"bernstein"`` (eq. 25),
             ``"clt"`` (eq. 26, an approximation, not a bound) or ``"chernoff"`` (rigorous, tight).
 
@@ -165,8 +162,9 @@ def sliced_sensitivity(
     """ℓ2 (Frobenius) sensitivity of ``X ↦ XΘᵀ`` for records with ``‖x‖₂ ≤ 1``.
 
     ``Δ = 2·sqrt(w(N_θ, δ_s))`` (Lemma 1 with ``‖x − x'‖₂ ≤ 2``, paper §5.2), valid with
-    probability ≥ 1 − δ_s over Θ; add ``δ_s`` per release to the reported δ
-    (:func:`sliced_release_delta`). Arguments as in :func:`projection_bound_w`.
+    probability ≥ 1 − δ_s over Θ for a fixed pair; the package's release checks ‖Θ‖²_op ≤ w on
+    every draw instead (:mod:`~lightning_dpot.privacy.sliced_release`). Arguments as in
+    :func:`projection_bound_w`.
     """
     return 2.0 * math.sqrt(projection_bound_w(num_directions, dim, delta_s, method))
 
@@ -185,20 +183,6 @@ def sliced_sigma(noise_multiplier: float, sensitivity: float) -> float:
     return noise_multiplier * sensitivity
 
 
-def sliced_release_delta(delta: float, delta_s: float, num_releases: int = 1) -> float:
-    """The δ to report: ``δ + k·δ_s`` for ``k`` releases with independently drawn Θ.
-
-    ``delta`` is what the Gaussian mechanism or the accountant gives for the whole run; each
-    release whose Θ is drawn afresh may break the sensitivity bound with probability ≤ δ_s, and
-    the union bound adds these. DPSWflow (one release): ``k = 1``; DPSWflow-r and DPSWgen: ``k`` =
-    number of steps. ``k = 0`` (nothing released yet) returns ``delta``.
-    """
-    delta = check_nonnegative("delta", delta)
-    delta_s = check_delta(delta_s, name="delta_s")
-    num_releases = check_nonnegative_int("num_releases", num_releases)
-    return delta + num_releases * delta_s
-
-
 def gaussian_sliced_release(
     x: Tensor,
     theta: Tensor,
@@ -215,8 +199,8 @@ def gaussian_sliced_release(
     ``x_i / (max(1, ‖x_i‖₂) · max(1, max_j ‖θ_j‖₂))``, so the bound holds exactly despite
     rounding. The input is detached: a release is a value, not
     part of a graph. Θ must be drawn independently of the data
-    (:func:`lightning_dpot.ot.sliced.random_directions`). Calibrate ``σ`` from
-    :func:`sliced_sensitivity` and report ``δ`` via :func:`sliced_release_delta`.
+    (:func:`lightning_dpot.ot.sliced.random_directions`); the package calls it only through
+    :class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`, which checks Θ.
 
     Args:
         x: ``(n, d)`` private records, ``‖x_i‖₂ ≤ 1``.

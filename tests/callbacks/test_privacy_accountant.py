@@ -1,5 +1,6 @@
-"""PrivacyAccountantCallback with a real (tiny, CPU) Trainer: stops before the target is exceeded,
-resumes exactly from checkpoints, reports, and refuses what it cannot account."""
+"""PrivacyAccountantCallback with a real (tiny, CPU) Trainer: composes exactly the events the
+module's release objects emitted, stops before the target is exceeded, resumes exactly from
+checkpoints, reports, and refuses what it cannot account."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from lightning_dpot.privacy.accountants import (
     sgm_max_steps,
     swor_gaussian_epsilon,
 )
+from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
 
 SIGMA, Q, DELTA, TARGET = 2.0, 0.1, 1e-5, 1.5  # 10 Poisson steps per epoch over 100 records
 
@@ -37,8 +40,28 @@ def _quiet_lightning():
         yield
 
 
-class ToyDPModule(L.LightningModule):
-    """One scalar weight; each step 'releases' an SGM step of (noise_multiplier, sample_rate)."""
+class ToyRelease:
+    """A release object (lightning_dpot.privacy.contract): each call emits one SGM step."""
+
+    def __init__(self, step: dict | None) -> None:
+        self.step = step
+        self.events = EventLog()
+        self.is_private = step is not None
+
+    @property
+    def event(self) -> SubsampledGaussianStep | None:
+        return None if self.step is None else SubsampledGaussianStep(**self.step)
+
+    def facts(self) -> dict:
+        return {"releases": self.events.total}
+
+    def __call__(self) -> None:
+        if self.event is not None:
+            self.events.emit(self.event)
+
+
+class ToyDPModule(ReleasesPrivateData, L.LightningModule):
+    """One scalar weight; each batch 'releases' an SGM step of (noise_multiplier, sample_rate)."""
 
     def __init__(
         self,
@@ -49,21 +72,24 @@ class ToyDPModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.noise_multiplier = noise_multiplier
         self.sample_rate = sample_rate
         self.crash_at_step = crash_at_step
         self.num_records = num_records
         self.seen: list[list[int]] = []
+        step = {"noise_multiplier": noise_multiplier, "sample_rate": sample_rate}
+        self.release = ToyRelease(None if noise_multiplier is None else self.declare(step))
 
-    def dp_step(self) -> dict | None:
-        if self.noise_multiplier is None:
-            return None
-        return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate}
+    def declare(self, step: dict) -> dict:
+        return step
+
+    def privacy_releases(self) -> list[ToyRelease]:
+        return [self.release]
 
     def training_step(self, batch, batch_idx):
         (x,) = batch
         if self.crash_at_step is not None and self.global_step == self.crash_at_step:
             raise RuntimeError("simulated crash")
+        self.release()
         self.seen.append(x[:, 0].long().tolist())
         return (self.weight - x.sum()).pow(2).sum()  # empty batch: still a step
 
@@ -74,9 +100,30 @@ class ToyDPModule(L.LightningModule):
         data = TensorDataset(torch.arange(self.num_records).float().unsqueeze(1))
         return poisson_dataloader(data, self.sample_rate, seed=0)
 
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["toy_release"] = self.release.events.state_dict()
 
-class NoDPStep(ToyDPModule):
-    dp_step = None
+    def on_load_checkpoint(self, checkpoint):
+        self.release.events.load_state_dict(checkpoint["toy_release"])
+
+
+class NotPrivate(L.LightningModule):
+    """A trainable module outside the contract (no release objects)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append(batch)
+        return self.weight.sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(TensorDataset(torch.zeros(4, 1)), batch_size=2)
 
 
 def make_trainer(root: Path, callbacks: list, **kwargs) -> L.Trainer:
@@ -117,7 +164,8 @@ def test_training_stops_before_the_step_that_would_exceed_the_target(finished_ru
     assert callback.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, expected, DELTA))
     assert callback.stopped_by_budget
     assert trainer.progress_bar_metrics["epsilon"] == pytest.approx(callback.epsilon())
-    assert trainer.logged_metrics["privacy/steps"] == expected
+    assert trainer.progress_bar_metrics["delta"] == pytest.approx(DELTA)
+    assert trainer.logged_metrics["privacy/releases"] == expected
 
 
 def test_empty_poisson_batches_are_steps_and_are_accounted(tmp_path):
@@ -135,7 +183,10 @@ def test_report_is_written_and_lists_every_accountant(finished_run):
     assert report["mechanism"] == "poisson_subsampled_gaussian"
     assert report["adjacency"] == "add_or_remove_one"
     assert (report["noise_multiplier"], report["sample_rate"]) == (SIGMA, Q)
-    assert report["steps"] == 31 and report["delta"] == DELTA
+    assert report["releases"] == 31 and report["delta"] == DELTA
+    assert report["events"] == {"SubsampledGaussianStep": 31}
+    assert report["assumptions"] and "dataset size N is public" in report["assumptions"][0]
+    assert report["module"]["releases"] == [{"releases": 31}]
     assert report["accountant"] == "rdp" and report["epsilon"] == report["epsilon_rdp"]
     assert report["epsilon_pld"] == pytest.approx(sgm_epsilon(SIGMA, Q, 31, DELTA, "pld"))
     assert report["epsilon_pld"] < report["epsilon_rdp"] <= TARGET
@@ -218,17 +269,17 @@ def test_state_dict_is_plain_json():
     other = PrivacyAccountantCallback(3.0, DELTA)
     other.load_state_dict(state)
     assert other.accountant.history == [(SIGMA, Q, 7)]
-    assert other.remaining_steps(SIGMA, Q) == sgm_max_steps(SIGMA, Q, 3.0, DELTA) - 7
+    step = SubsampledGaussianStep(SIGMA, Q)
+    assert other.remaining_steps(step) == sgm_max_steps(SIGMA, Q, 3.0, DELTA) - 7
 
 
 @pytest.mark.parametrize(
     ("module", "kwargs", "error", "match"),
     [
-        (NoDPStep(), {}, TypeError, "has no dp_step"),
+        (NotPrivate(), {}, TypeError, "does not subclass .*ReleasesPrivateData"),
         (ToyDPModule(noise_multiplier=None), {}, ValueError, "not private"),
-        (ToyDPModule(noise_multiplier=-1.0), {}, ValueError, r"noise_multiplier'\] must be"),
+        (ToyDPModule(noise_multiplier=-1.0), {}, ValueError, "noise_multiplier must be"),
         (ToyDPModule(noise_multiplier=0.3), {}, ValueError, "cannot be met even by one step"),
-        (ToyDPModule(), {"accumulate_grad_batches": 2}, ValueError, "accumulate_grad_batches"),
     ],
 )
 def test_unaccountable_setups_are_refused_before_any_step(tmp_path, module, kwargs, error, match):
@@ -266,10 +317,13 @@ class SworToyModule(ToyDPModule):
     def __init__(self, sample_rate: float = B_SWOR / N_SWOR, **kwargs) -> None:
         super().__init__(sample_rate=sample_rate, **kwargs)
 
-    def dp_step(self) -> dict | None:
-        release = super().dp_step()
-        release.update(sampling="without_replacement", dataset_size=N_SWOR, batch_size=B_SWOR)
-        return release
+    def declare(self, step: dict) -> dict:
+        return {
+            **step,
+            "sampling": "without_replacement",
+            "dataset_size": N_SWOR,
+            "batch_size": B_SWOR,
+        }
 
     def train_dataloader(self):
         data = TensorDataset(torch.arange(self.num_records).float().unsqueeze(1))
@@ -294,11 +348,11 @@ def test_without_replacement_run_stops_at_the_replace_one_budget_and_resumes(tmp
     assert report["epsilon_pld"] is None
     state = json.loads(json.dumps(callback.state_dict()))
     assert state["accountant"]["sampling"] == "without_replacement"
-    # a restored replace-one history cannot be continued by a Poisson (add/remove) module
+    # a restored replace-one history cannot be continued by Poisson (add/remove) steps
     other = PrivacyAccountantCallback(2 * TARGET, DELTA)
     other.load_state_dict(state)
     with pytest.raises(ValueError, match="cannot be composed"):
-        make_trainer(tmp_path / "poisson", [other]).fit(ToyDPModule())
+        other.compose([SubsampledGaussianStep(SIGMA, Q)])
 
 
 @pytest.mark.parametrize(
@@ -313,3 +367,84 @@ def test_unaccountable_without_replacement_setups_are_refused(tmp_path, module, 
     with pytest.raises(ValueError, match=match):
         make_trainer(tmp_path, [callback]).fit(module)
     assert module.seen == []
+
+
+# -- the event contract: what is composed is what was emitted -----------------------------------
+
+
+def test_gradient_accumulation_composes_every_micro_batch_release(tmp_path):
+    """With accumulate_grad_batches = 2 each optimizer step spans two batches, each of which
+    releases: the accountant composes both (issue 13, item 1) and still stops in budget."""
+    callback = PrivacyAccountantCallback(TARGET, DELTA)
+    module = ToyDPModule()
+    trainer = make_trainer(tmp_path, [callback], accumulate_grad_batches=2)
+    trainer.fit(module)
+    releases = len(module.seen)
+    assert callback.releases == callback.accountant.steps == releases == module.releases_emitted()
+    assert releases == 2 * trainer.global_step
+    assert callback.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, releases, DELTA))
+    assert callback.epsilon() <= TARGET
+
+
+def test_a_release_the_accountant_did_not_see_is_an_error(tmp_path):
+    """If the module's own count and the composed events drift apart, training stops instead
+    of reporting a wrong ε."""
+
+    class Leaky(ToyDPModule):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            if self.global_step == 3:
+                self.release.events.total += 1  # a release that emitted no event
+            return loss
+
+    with pytest.raises(RuntimeError, match="composed 4 privacy events .* made 5 releases"):
+        make_trainer(tmp_path, [PrivacyAccountantCallback(TARGET, DELTA)]).fit(Leaky())
+
+
+@pytest.fixture
+def ten_unaccounted_steps(tmp_path):
+    """A checkpoint after 10 private steps trained without an accountant."""
+    trainer = make_trainer(tmp_path, [], max_steps=10)
+    trainer.fit(ToyDPModule())
+    trainer.save_checkpoint(tmp_path / "unaccounted.ckpt")
+    return tmp_path / "unaccounted.ckpt"
+
+
+def test_resume_without_accountant_state_is_refused(tmp_path, ten_unaccounted_steps):
+    """Issue 13, item 4: the earlier steps would go unaccounted; refuse before any step."""
+    module = ToyDPModule()
+    trainer = make_trainer(tmp_path, [PrivacyAccountantCallback(TARGET, DELTA)], max_steps=20)
+    with pytest.raises(ValueError, match="10 earlier release.*would go unaccounted"):
+        trainer.fit(module, ckpt_path=ten_unaccounted_steps)
+    assert module.seen == []
+
+
+def test_declared_earlier_releases_are_composed(tmp_path, ten_unaccounted_steps):
+    callback = PrivacyAccountantCallback(
+        target_epsilon=None, delta=DELTA, earlier_releases="as_configured"
+    )
+    trainer = make_trainer(tmp_path, [callback], max_steps=20)
+    trainer.fit(ToyDPModule(), ckpt_path=ten_unaccounted_steps)
+    assert trainer.global_step == 20 and callback.releases == 20
+    assert callback.report()["releases"] == 20
+    assert callback.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, 20, DELTA))
+
+
+def test_without_a_target_the_callback_reports_and_never_stops(tmp_path):
+    callback = PrivacyAccountantCallback(delta=DELTA)
+    trainer = make_trainer(tmp_path, [callback], max_steps=60)
+    trainer.fit(ToyDPModule())
+    assert trainer.global_step == 60 > sgm_max_steps(SIGMA, Q, TARGET, DELTA)
+    assert callback.report()["epsilon"] == pytest.approx(sgm_epsilon(SIGMA, Q, 60, DELTA))
+    assert not callback.stopped_by_budget
+
+
+def test_a_release_count_never_goes_down_within_a_process():
+    """Lightning's tuner restores its temporary checkpoint after lr_find: releases made in
+    between must not be forgotten, so the accountant's check fails instead."""
+    log = EventLog()
+    saved = log.state_dict()
+    for _ in range(8):
+        log.emit(SubsampledGaussianStep(SIGMA, Q))
+    log.load_state_dict(saved)
+    assert log.total == 8 and log.pending == []

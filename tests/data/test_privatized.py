@@ -21,6 +21,7 @@ from lightning_dpot.data import (
 from lightning_dpot.data.release import Release, keyed_digest, tensor_sha256
 from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.nn import MLPGenerator
+from lightning_dpot.privacy.secure_rng import seeded_generator
 
 
 def _dm(tmp_path, **kw):
@@ -107,11 +108,11 @@ def test_raw_training_records_are_not_retained(tmp_path):
 
 def test_release_is_raw_plus_one_draw_of_noise_in_a_shuffled_order(tmp_path):
     # Known answer: with a public seed the release is (raw + Z)[perm], Z and perm drawn once
-    # from one generator in that order.
+    # in that order from the generator of that seed (SecretNoise: seeded_generator(seed)).
     source = HalfCircle(n=20_000, n_test=10)
     dm = _dm(tmp_path, source=source, seed=7)
     dm.setup("fit")
-    gen = torch.Generator().manual_seed(7)
+    gen = seeded_generator(7)
     raw = source.load().train
     noise = dm.mechanism.sample_noise(tuple(raw.shape), gen)
     perm = torch.randperm(len(raw), generator=gen)

@@ -91,7 +91,7 @@ def test_hook_clips_cross_block_jointly_to_clip_norm_and_adds_declared_noise_var
     gen = torch.Generator().manual_seed(0)
     grad = 100 * torch.randn(200, 1000, generator=gen)
     clip, sigma, n = 0.5, 1.3, 150
-    sanitizer = GradientSanitizer(clip, sigma, noise_seed=123)
+    sanitizer = GradientSanitizer(clip, sigma, noise_seed=123, sample_rate=1.0)
     released = sanitizer(grad, n)
     clipped = sanitizer.last["clipped_cross"]
     assert torch.linalg.vector_norm(clipped).item() == pytest.approx(clip, rel=1e-5)
@@ -105,7 +105,7 @@ def test_hook_clips_cross_block_jointly_to_clip_norm_and_adds_declared_noise_var
 
 def test_hook_leaves_a_gradient_below_the_clip_norm_unscaled():
     grad = torch.full((6, 4), 0.01)
-    released = GradientSanitizer(0.5, 0.0)(grad, 3)
+    released = GradientSanitizer(0.5, 0.0, sample_rate=1.0)(grad, 3)
     torch.testing.assert_close(released, grad)
 
 
@@ -113,7 +113,7 @@ def test_debias_rows_are_clipped_jointly_and_receive_no_noise():
     gen = torch.Generator().manual_seed(1)
     grad = 10 * torch.randn(14, 64, generator=gen)
     n = 10
-    released = GradientSanitizer(0.5, 2.0, noise_seed=7)(grad, n)
+    released = GradientSanitizer(0.5, 2.0, noise_seed=7, sample_rate=1.0)(grad, n)
     torch.testing.assert_close(released[n:], clip_frobenius(grad[n:], 0.5), rtol=0, atol=0)
     assert torch.linalg.vector_norm(released[n:]).item() == pytest.approx(0.5, rel=1e-5)
 
@@ -142,47 +142,52 @@ def test_changing_one_real_record_changes_only_the_cross_rows():
     g3 = torch.autograd.grad(loss(x, y[1:], n, lx, ly[1:]), x)[0]
     torch.testing.assert_close(grads[0][n:], g3[n:], rtol=0, atol=0)
     # After sanitization with the same noise: debias rows identical, cross rows within 2Δ.
-    s = GradientSanitizer(0.5, 1.0, noise_seed=9)
+    s = GradientSanitizer(0.5, 1.0, noise_seed=9, sample_rate=1.0)
     r1, r2 = s(grads[0], n, step=4), s(grads[1], n, step=4)
     torch.testing.assert_close(r1[n:], r2[n:], rtol=0, atol=0)
     assert torch.linalg.vector_norm(r1[:n] - r2[:n]).item() <= 2 * 0.5 + 1e-6
 
 
-class _CaptureReleased:
-    """Full backward hook on the generator's output layer: sees the gradient after the
-    module's tensor hook (the released G̃), independently of the sanitizer's bookkeeping."""
+class _CaptureSanitizer(L.Callback):
+    """The noise (released − clipped) and the debias rows the sanitizer released, per step."""
 
-    def __init__(self, module: DPSinkhorn) -> None:
-        self.released: list[torch.Tensor] = []
-        module.generator.net[-1].register_full_backward_hook(self._hook)
+    def __init__(self) -> None:
+        self.noise: list[torch.Tensor] = []
+        self.debias: list[torch.Tensor] = []
 
-    def _hook(self, mod, grad_input, grad_output):
-        self.released.append(grad_output[0].detach().reshape(grad_output[0].shape[0], -1).clone())
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        last = pl_module.sanitizer.last
+        n = last["num_cross"]
+        self.noise.append(last["released"][:n] - last["clipped_cross"])
+        self.debias.append(last["released"][n:])
 
 
-def test_empty_batch_step_releases_pure_noise_whose_std_matches_dp_step(tmp_path: Path):
+def test_empty_batch_step_releases_noise_and_the_data_free_debias_term(tmp_path: Path):
     """Poisson rate 1e-6 over 1 record: every batch is empty (P(non-empty) = 1e-6 per step).
-    The cross block is then exactly N(0, (2Δσ)²): measured std / (2Δ) must equal the
-    accountant's noise multiplier — fails if the hook and dp_step() drift apart."""
+    The noise on the cross block is N(0, (2Δσ)²): measured std / (2Δ) must equal the multiplier
+    of the emitted events — fails if the hook and the accounting drift apart. The debias rows
+    carry the (clipped) debias gradient, as with data: released as exact zeros they would tell
+    that the batch was empty (issue 13, item 5)."""
     sigma, clip, n = 0.8, 0.5, 300
     module = tiny_module(noise_multiplier=sigma, clip_norm=clip, num_cross=n)
-    capture = _CaptureReleased(module)
+    capture = _CaptureSanitizer()
     dm = CentralDPDataModule(TinyImages(1), sample_rate=1e-6, steps_per_epoch=3)
     accountant = PrivacyAccountantCallback(target_epsilon=10.0, delta=1e-5)
-    trainer = tiny_trainer(tmp_path, [accountant], max_steps=3)
+    trainer = tiny_trainer(tmp_path, [accountant, capture], max_steps=3)
     trainer.fit(module, dm)
-    assert trainer.global_step == 3 and accountant.accountant.steps == 3  # empty steps count
-    released = torch.cat([r[:n] for r in capture.released])
-    assert released.numel() == 3 * n * 64
-    measured_multiplier = released.std().item() / (2 * clip)
-    assert measured_multiplier == pytest.approx(module.dp_step()["noise_multiplier"], rel=0.03)
-    assert module.dp_step()["sample_rate"] == 1e-6
-    for r in capture.released:  # debias rows: G = 0, clipped, no noise
-        assert torch.count_nonzero(r[n:]) == 0
-        assert r.shape[0] == n + debias_rows(n, 0.4)
+    assert trainer.global_step == 3 and accountant.releases == 3  # empty steps count
+    noise = torch.cat(capture.noise)
+    assert noise.numel() == 3 * n * 64
+    event = module.sanitizer.event
+    assert noise.std().item() / (2 * clip) == pytest.approx(event.noise_multiplier, rel=0.03)
+    assert event.sample_rate == 1e-6 and event.noise_multiplier == sigma
+    for rows in capture.debias:
+        assert rows.shape[0] == debias_rows(n, 0.4)
+        assert torch.count_nonzero(rows) == rows.numel()
+        assert torch.linalg.vector_norm(rows) <= clip * (1 + 1e-5)
 
 
-def test_loader_rate_different_from_dp_step_is_refused(tmp_path: Path):
+def test_loader_rate_different_from_the_accounted_rate_is_refused(tmp_path: Path):
     class OtherRate(CentralDPDataModule):
         def train_dataloader(self):
             loader = super().train_dataloader()
@@ -195,11 +200,11 @@ def test_loader_rate_different_from_dp_step_is_refused(tmp_path: Path):
         trainer.fit(module, OtherRate(TinyImages(50), sample_rate=0.1))
 
 
-def test_nonprivate_mode_has_no_hook_and_no_dp_step(tmp_path: Path):
+def test_nonprivate_mode_has_no_hook_and_emits_nothing(tmp_path: Path):
     module = tiny_module(noise_multiplier=None)
     trainer = tiny_trainer(tmp_path, [], max_steps=2)
     trainer.fit(module, CentralDPDataModule(TinyImages(50), sample_rate=0.2))
-    assert module.dp_step() is None
+    assert not module.is_private and module.releases_emitted() == 0
     assert module.sanitizer.last == {}  # the hook never ran
     assert "train/loss" in trainer.callback_metrics
 
@@ -255,7 +260,7 @@ def _ddp_run(root: Path, devices: int) -> dict:
 def test_two_process_cpu_ddp_accounts_the_same_epsilon_as_one_process(tmp_path: Path):
     single = _ddp_run(tmp_path / "one", 1)
     double = _ddp_run(tmp_path / "two", 2)
-    assert double["steps"] == single["steps"] == sgm_max_steps(SIGMA, Q, TARGET, DELTA)
+    assert double["releases"] == single["releases"] == sgm_max_steps(SIGMA, Q, TARGET, DELTA)
     assert double["epsilon"] == pytest.approx(single["epsilon"], rel=0, abs=0)
     assert double["sample_rate"] == single["sample_rate"] == Q
 
@@ -301,8 +306,11 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
     main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["method"] == "DPSinkhorn"
-    assert report["privacy"]["steps"] == 2
+    assert report["privacy"]["releases"] == 2
     assert report["privacy"]["noise_multiplier"] == 1.5
+    facts = report["privacy"]["module"]  # issue 13, item 8: the seed flags are reported
+    assert facts["poisson_seed_is_public"] is False
+    assert facts["releases"][0]["noise_seed_is_public"] is False
     assert report["privacy"]["epsilon"] == pytest.approx(
         sgm_epsilon(1.5, report["privacy"]["sample_rate"], 2, 1e-5)
     )
@@ -329,3 +337,40 @@ def test_every_dp_sinkhorn_config_parses_and_runs_two_steps(
     main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["global_step"] == 2
+
+
+def test_a_private_run_resumes_with_its_release_count(tmp_path: Path):
+    """The sanitizer's release count is checkpointed with the module, so the accountant's
+    composed = emitted check holds across a resume (and the resumed ε is the uninterrupted one)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    checkpoints = tmp_path / "ckpt"
+    first = tiny_trainer(
+        tmp_path / "a",
+        [
+            PrivacyAccountantCallback(None, DELTA),
+            ModelCheckpoint(checkpoints, save_last=True, save_top_k=0, every_n_train_steps=1),
+        ],
+        max_steps=3,
+        enable_checkpointing=True,
+    )
+    first.fit(tiny_module(noise_multiplier=SIGMA), CentralDPDataModule(TinyImages(200), Q))
+    accountant = PrivacyAccountantCallback(None, DELTA)
+    module = tiny_module(noise_multiplier=SIGMA)
+    second = tiny_trainer(tmp_path / "b", [accountant], max_steps=5)
+    second.fit(module, CentralDPDataModule(TinyImages(200), Q), ckpt_path=checkpoints / "last.ckpt")
+    assert accountant.releases == module.releases_emitted() == 5
+    assert accountant.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, 5, DELTA))
+
+
+def test_public_poisson_masks_claim_no_amplification(tmp_path: Path):
+    """With a public sampling seed the masks are known: each step is accounted as the Gaussian
+    mechanism on the whole batch (q = 1), not amplified by the sampling."""
+    module = tiny_module(noise_multiplier=SIGMA)
+    accountant = PrivacyAccountantCallback(None, DELTA)
+    tiny_trainer(tmp_path, [accountant], max_steps=2).fit(
+        module, CentralDPDataModule(TinyImages(200), Q, seed=3)
+    )
+    assert module.sanitizer.event.sample_rate == 1.0
+    assert accountant.epsilon() == pytest.approx(sgm_epsilon(SIGMA, 1.0, 2, DELTA))
+    assert accountant.report()["module"]["amplification_by_sampling"] is False

@@ -15,13 +15,15 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 import lightning_dpot.methods.dpsw as dpsw
+import lightning_dpot.privacy.sliced_release as sliced_release
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.cli import main
 from lightning_dpot.data import GaussianMixture2D, PrivateLatentDataModule
 from lightning_dpot.data.split import SplitMismatchError
-from lightning_dpot.methods import DPSWFlow, DPSWFlowR
+from lightning_dpot.methods import DPSWFlow, DPSWFlowR, DPSWGen
 from lightning_dpot.privacy.accountants import swor_gaussian_epsilon
 from lightning_dpot.privacy.gaussian import gaussian_epsilon
+from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
 from lightning_dpot.privacy.sliced_sensitivity import sliced_sensitivity
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "dpswflow"
@@ -45,7 +47,9 @@ def _toy(
     )
 
 
-def _trainer(tmp_path: Path, steps: int, callbacks=(), checkpoint: bool = False) -> L.Trainer:
+def _trainer(
+    tmp_path: Path, steps: int, callbacks=(), checkpoint: bool = False, **kwargs
+) -> L.Trainer:
     return L.Trainer(
         max_steps=steps,
         logger=False,
@@ -55,6 +59,7 @@ def _trainer(tmp_path: Path, steps: int, callbacks=(), checkpoint: bool = False)
         default_root_dir=str(tmp_path),
         callbacks=list(callbacks),
         accelerator="cpu",
+        **kwargs,
     )
 
 
@@ -62,30 +67,36 @@ def _trainer(tmp_path: Path, steps: int, callbacks=(), checkpoint: bool = False)
 def release_spy(monkeypatch):
     """Records (σ, Θ, number of rows) of every call of the Gaussian sliced release."""
     calls: list[tuple[float, torch.Tensor, int]] = []
-    real = dpsw.gaussian_sliced_release
+    real = sliced_release.gaussian_sliced_release
 
     def spy(x, theta, sigma, generator=None, **kw):
         calls.append((float(sigma), theta.clone(), int(x.shape[0])))
         return real(x, theta, sigma, generator, **kw)
 
-    monkeypatch.setattr(dpsw, "gaussian_sliced_release", spy)
+    monkeypatch.setattr(sliced_release, "gaussian_sliced_release", spy)
     return calls
 
 
 def test_dpswflow_releases_target_exactly_once_and_epsilon_does_not_grow(tmp_path, release_spy):
+    accountant = PrivacyAccountantCallback()  # reporting only; δ from the release object
     model = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_sigma=2.0)
-    _trainer(tmp_path, 10).fit(model, _toy())
-    eps_after_10 = model.epsilon()
+    _trainer(tmp_path, 10, [accountant]).fit(model, _toy())
+    eps_after_10 = accountant.epsilon()
     assert len(release_spy) == 1 and model.mechanism_calls == 1
     assert release_spy[0][2] == 300  # the whole private set, once
-    sens = sliced_sensitivity(20, 2, model.delta_s, "chernoff")
+    sens = sliced_sensitivity(20, 2, model.release.delta_s, "chernoff")
     assert eps_after_10 == pytest.approx(gaussian_epsilon(2.0, 1e-5, sens))
+    later = PrivacyAccountantCallback()
     model2 = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_sigma=2.0)
-    _trainer(tmp_path, 40).fit(model2, _toy())
-    assert model2.mechanism_calls == 1 and model2.epsilon() == eps_after_10
-    report = model2.privacy_report()
-    assert report["delta"] == pytest.approx(1e-5 + model2.delta_s)  # δ + δ_s, one draw of Θ
-    assert report["steps"] == 40
+    _trainer(tmp_path, 40, [later]).fit(model2, _toy())
+    assert model2.mechanism_calls == 1 and later.epsilon() == eps_after_10
+    report = later.report()
+    # Θ is checked (‖Θ‖²_op ≤ w), so the sensitivity holds on every draw: δ has no δ_s term
+    assert report["delta"] == 1e-5 and report["releases"] == 1
+    assert report["events"] == {"GaussianRelease": 1} and report["accountant"] == "analytic"
+    assert report["epsilon"] == report["epsilon_analytic"] == eps_after_10
+    facts = report["module"]["releases"][0]
+    assert facts["sensitivity_l2"] == pytest.approx(sens) and facts["releases"] == 1
 
 
 def test_dpswflow_generates_more_samples_for_free(tmp_path, release_spy):
@@ -111,23 +122,23 @@ def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy, m
     monkeypatch.setattr(PrivateLatentDataModule, "without_replacement_indices", spy_draw)
     _trainer(tmp_path, steps, [callback]).fit(model, dm)
     # One release per step, each with the σ, a fresh Θ and exactly b rows; what the accountant
-    # is told (dp_step) matches what the module did.
-    assert model.mechanism_calls == steps == len(release_spy) == len(drawn)
+    # composed (the emitted events) matches what the module did.
+    assert model.mechanism_calls == steps == len(release_spy) == len(drawn) == callback.releases
     assert len({tuple(c[1].flatten().tolist()) for c in release_spy}) == steps
-    told = model.dp_step()
-    assert told["sampling"] == "without_replacement"
-    assert told["dataset_size"] == n == dm.num_private and told["batch_size"] == b
-    assert told["sample_rate"] == pytest.approx(b / n)
-    assert all(c[2] == told["batch_size"] for c in release_spy)  # rows released == reported b
+    told = model.release.event
+    assert told.sampling == "without_replacement"
+    assert told.dataset_size == n == dm.num_private and told.batch_size == b
+    assert told.sample_rate == pytest.approx(b / n)
+    assert all(c[2] == told.batch_size for c in release_spy)  # rows released == reported b
     for indices in drawn:  # without replacement, within range(n)
         assert indices.numel() == b and len(set(indices.tolist())) == b
         assert 0 <= int(indices.min()) and int(indices.max()) < n
     assert len({tuple(sorted(i.tolist())) for i in drawn}) == steps  # fresh subset every step
     # the draw is a function of (seed, step) only: identical on every rank and after resume
     torch.testing.assert_close(real_draw(dm, 3), real_draw(dm, 3), rtol=0, atol=0)
-    sens = sliced_sensitivity(16, 2, model.delta_s, model.w_bound)
+    sens = sliced_sensitivity(16, 2, model.release.delta_s, model.release.w_bound)
     assert all(c[0] == sigma for c in release_spy)
-    assert told["noise_multiplier"] == pytest.approx(release_spy[0][0] / sens)
+    assert told.noise_multiplier == pytest.approx(release_spy[0][0] / sens)
     expected = swor_gaussian_epsilon(sigma / sens, n, b, steps, 1e-5)
     assert callback.epsilon() == pytest.approx(expected, rel=1e-6)
     assert swor_gaussian_epsilon(sigma / sens, n, b, steps // 2, 1e-5) < expected
@@ -135,10 +146,8 @@ def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy, m
     assert privacy["sampling"] == "without_replacement" and privacy["adjacency"] == "replace_one"
     assert privacy["batch_size"] == b and privacy["dataset_size"] == n
     assert privacy["epsilon_pld"] is None  # no PLD analysis of sampling without replacement
-    report = model.privacy_report()
-    assert report["epsilon_rdp"] == pytest.approx(expected, rel=1e-6)
-    assert report["adjacency"] == "replace_one" and report["batch_size"] == b
-    assert report["delta"] == pytest.approx(1e-5 + steps * model.delta_s)
+    assert privacy["epsilon_rdp"] == pytest.approx(expected, rel=1e-6)
+    assert privacy["delta"] == 1e-5  # every Θ checked: no T·δ_s term (docs/dpswflow.md)
 
 
 def test_dpswflowr_noise_added_matches_reported_multiplier(tmp_path):
@@ -146,13 +155,14 @@ def test_dpswflowr_noise_added_matches_reported_multiplier(tmp_path):
     sigma = 3.0
     model = DPSWFlowR(num_particles=16, num_directions=200, noise_sigma=sigma)
     _trainer(tmp_path, 1).fit(model, _toy(batch_size=300))
-    batch = model.step_batch(0, torch.device("cpu"))
-    theta = dpsw.random_directions(200, 2, dpsw.seeded_generator(0, dpsw._STREAM_DIRECTIONS, 0))
+    batch = model.batches.batch(0, torch.device("cpu"))
+    theta = model.release.directions(2, dpsw.seeded_generator(0, dpsw._STREAM_DIRECTIONS, 0))
     g = dpsw.seeded_generator(0, dpsw._STREAM_RELEASE, 0, 0)
-    noise = model.release(batch, theta, model.noise_sigma, g) - batch @ theta.T
-    told = model.dp_step()
-    sens = model.sensitivity(2)
-    assert float(noise.std()) == pytest.approx(told["noise_multiplier"] * sens, rel=0.02)
+    noise = model.release(batch, theta, g) - batch @ theta.T
+    sens = model.release.sensitivity(2)
+    assert float(noise.std()) == pytest.approx(
+        model.release.event.noise_multiplier * sens, rel=0.02
+    )
 
 
 @pytest.mark.parametrize("cls", ["DPSWFlow", "DPSWFlowR"])
@@ -170,8 +180,9 @@ def test_release_noise_and_subsets_are_secret_by_default(tmp_path, cls):
             model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=0.5,
                               noise_seed=noise_seed)  # fmt: skip
             dm = _toy(batch_size=40, seed=data_seed)
-        _trainer(tmp_path, 3).fit(model, dm)
-        report = model.privacy_report()
+        accountant = PrivacyAccountantCallback()
+        _trainer(tmp_path, 3, [accountant]).fit(model, dm)
+        report = {**accountant.report()["module"], **accountant.report()["module"]["releases"][0]}
         if cls == "DPSWFlow":
             return model.release_sorted.clone(), report, dm
         return model.particles.clone(), report, dm
@@ -262,8 +273,7 @@ def test_toy_config_runs_via_cli_and_sigma0_flow_approaches_target(tmp_path):
             "--data.init_args.source.init_args.n=500",
         ]
     )
-    report = json.loads((out / "privacy_report.json").read_text())
-    assert report["mechanism_calls"] == 1 and report["steps"] == 40
+    assert not (out / "privacy_report.json").exists()  # σ = 0: nothing private to account
     particles = torch.load(out / "particles.pt")
     target = GaussianMixture2D(n=500, n_test=50).load().train
     start = torch.randn(500, 2, generator=torch.Generator().manual_seed(0)) / math.sqrt(2)
@@ -411,8 +421,14 @@ def test_config_parses_and_runs_two_steps_on_tiny_data(
     path.write_text(yaml.safe_dump(shrunk))
     main(["fit", "--config", str(path)])
     if "autoencoder" not in loaded["model"]["class_path"].lower():
-        report = json.loads((tmp_path / "run" / "privacy_report.json").read_text())
-        assert report["mechanism_calls"] in (1, 2)
+        path = tmp_path / "run" / "privacy_report.json"
+        private = loaded["model"]["init_args"].get("noise_sigma") != 0
+        assert path.exists() == private  # every private run is accounted, configured or not
+        if private:
+            report = json.loads(path.read_text())
+            assert report["releases"] in (1, 2) and report["epsilon"] is not None
+            run_report = json.loads((tmp_path / "run" / "report.json").read_text())
+            assert run_report["privacy"] == report
 
 
 def test_toy_flow_sigma0_converges_and_sigma05_ends_between(tmp_path):
@@ -428,3 +444,108 @@ def test_toy_flow_sigma0_converges_and_sigma05_ends_between(tmp_path):
     start = dpsw.toy_sliced_wasserstein(model._init_particles(300, 2, 0), target)
     assert distances[0.0] < 0.2 * start
     assert distances[0.0] < distances[0.5] < start
+
+
+# -- issue 13: releases count themselves; Θ is checked -------------------------------------------
+
+
+def test_dpswgen_accumulation_releases_every_batch_and_the_accountant_composes_each(
+    tmp_path, release_spy, monkeypatch
+):
+    """Issue 13, item 1: with accumulate_grad_batches = 2 each batch releases (its own subset
+    and Θ); the module's own count and the accountant both say 2 per optimizer step."""
+    from lightning_dpot.nn import MLPGenerator
+
+    drawn: list[tuple[int, ...]] = []
+    real_draw = PrivateLatentDataModule.without_replacement_indices
+
+    def spy_draw(self, step):
+        indices = real_draw(self, step)
+        drawn.append(tuple(sorted(indices.tolist())))
+        return indices
+
+    monkeypatch.setattr(PrivateLatentDataModule, "without_replacement_indices", spy_draw)
+    generator = MLPGenerator(latent_dim=2, output_shape=[2], hidden=[16])
+    model = DPSWGen(generator, num_directions=12, noise_sigma=2.0, generated_batch_size=32)
+    accountant = PrivacyAccountantCallback()
+    trainer = _trainer(tmp_path, 3, [accountant], accumulate_grad_batches=2)
+    dm = _toy(batch_size=30)
+    trainer.fit(model, dm)
+    assert trainer.global_step == 3
+    assert model.mechanism_calls == len(release_spy) == accountant.releases == 6
+    assert len(set(drawn)) == 6  # a fresh subset per release, never one subset re-released
+    multiplier = model.release.event.noise_multiplier
+    expected = swor_gaussian_epsilon(multiplier, dm.num_private, 30, 6, 1e-5)
+    assert accountant.epsilon() == pytest.approx(expected, rel=1e-9)
+    assert accountant.report()["releases"] == 6
+
+
+def test_directions_are_checked_so_the_sensitivity_holds_for_every_draw():
+    """Issue 13, item 6: Θ comes from a public seed, so the worst pair can be chosen knowing
+    it; every Θ the release uses has ‖Θ‖²_op ≤ w, i.e. Δ = 2√w holds deterministically."""
+    release = SlicedGaussianRelease(70, delta=1e-5, delta_s=1e-2, w_bound="clt")
+    release.calibrate(1.0, 8)
+    w = 13.0  # a tight threshold (median ‖Θ‖²_op ≈ 13.3 here), to exercise the redraws
+    release.w = lambda dim: w
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        theta = release.directions(8, generator)
+        u = torch.linalg.svd(theta.double())[2][0]  # the adversary's worst direction
+        assert float((theta.double() @ u).square().sum()) <= w * (1 + 1e-9)
+    assert release.redraws > 0  # some draws were rejected
+    records = torch.nn.functional.normalize(torch.randn(5, 8), dim=1)
+    bad = torch.nn.functional.normalize(torch.ones(70, 8), dim=1)  # ‖Θ‖²_op = 70 > w
+    with pytest.raises(ValueError, match="exceeds w"):
+        release(records, bad, generator)
+    assert release.events.total == 0  # refused before anything was released
+
+
+def test_a_target_the_one_release_would_exceed_is_refused_before_it_is_drawn(tmp_path, release_spy):
+    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_sigma=0.5)
+    accountant = PrivacyAccountantCallback(target_epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="before training .* would spend epsilon=.*nothing was"):
+        _trainer(tmp_path, 3, [accountant]).fit(model, _toy())
+    assert release_spy == [] and model.mechanism_calls == 0 and not bool(model.released)
+
+
+def test_dpswgen_target_epsilon_counts_every_accumulated_release(tmp_path):
+    """σ from target_epsilon is calibrated for max_steps × accumulate_grad_batches releases."""
+    from lightning_dpot.nn import MLPGenerator
+
+    generator = MLPGenerator(latent_dim=2, output_shape=[2], hidden=[16])
+    model = DPSWGen(generator, num_directions=12, target_epsilon=1.0, generated_batch_size=16)
+    accountant = PrivacyAccountantCallback()
+    trainer = _trainer(tmp_path, 4, [accountant], accumulate_grad_batches=3)
+    dm = _toy(batch_size=30)
+    trainer.fit(model, dm)
+    # 4 optimizer steps of 3 batches plan 12 releases (Lightning may flush an accumulation
+    # window at an epoch end, so fewer can happen); σ is calibrated for the 12.
+    multiplier = model.release.event.noise_multiplier
+    planned = swor_gaussian_epsilon(multiplier, dm.num_private, 30, 12, 1e-5)
+    assert planned == pytest.approx(1.0, rel=0.05) and planned <= 1.0
+    assert accountant.releases <= 12 and accountant.epsilon() <= 1.0
+
+
+def test_private_flow_without_an_accountant_warns_and_public_subsets_claim_no_amplification(
+    tmp_path,
+):
+    model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
+    with pytest.warns(UserWarning, match="no PrivacyAccountantCallback is attached"):
+        _trainer(tmp_path, 2).fit(model, _toy(batch_size=40, seed=5))
+    event = model.release.event  # subsets from a public seed are known: b of b
+    assert event.dataset_size == event.batch_size == 40 and event.sample_rate == 1.0
+
+
+def test_dpot_fit_attaches_the_accountant_before_the_checkpoint_callback():
+    from lightning.pytorch.callbacks import Checkpoint
+
+    from lightning_dpot.cli import run_lightning
+
+    cli = run_lightning(
+        ["--config", str(CONFIG_DIR / "toy_5gaussians_sigma0p5.yaml"), "--trainer.logger=false"],
+        run=False,
+    )
+    kinds = [type(cb).__name__ for cb in cli.trainer.callbacks]
+    checkpoint = next(i for i, cb in enumerate(cli.trainer.callbacks) if isinstance(cb, Checkpoint))
+    assert kinds.count("PrivacyAccountantCallback") == 1
+    assert kinds.index("PrivacyAccountantCallback") < checkpoint

@@ -110,9 +110,17 @@ def test_gradient_of_debias_rows_does_not_depend_on_real_data():
     assert not torch.allclose(g1[:n], g2[:n])
 
 
-def test_loss_refuses_an_empty_real_batch_and_wrong_row_counts():
-    loss = SemiDebiasedSinkhorn(debias_fraction=0.4)
-    with pytest.raises(ValueError, match="empty"):
-        loss(torch.zeros(7, 2), torch.zeros(0, 2), 5)
+def test_an_empty_real_batch_leaves_the_debias_term_and_wrong_row_counts_are_refused():
+    """Issue 13, item 5: with no real record the loss is −Ŵ(X[0:n], X[n':n+n']), whose
+    gradient needs no data; the debias rows then get the same gradient as with data."""
+    loss = SemiDebiasedSinkhorn(debias_fraction=0.4, diameter=20.0)
+    x = torch.randn(7, 2, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    empty = loss(x, torch.zeros(0, 2), 5)
+    debias = loss.entropic_ot(x[:5], x[2:7])
+    assert empty.item() == pytest.approx(-debias.item())
+    (grad_empty,) = torch.autograd.grad(empty, x)
+    (grad_full,) = torch.autograd.grad(loss(x, torch.randn(4, 2), 5), x)
+    torch.testing.assert_close(grad_empty[5:], grad_full[5:])  # debias rows: data-free
+    assert torch.count_nonzero(grad_empty[5:]) == grad_empty[5:].numel()
     with pytest.raises(ValueError, match="rows"):
         loss(torch.zeros(6, 2), torch.zeros(3, 2), 5)

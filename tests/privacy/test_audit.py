@@ -120,7 +120,9 @@ def test_dp_sinkhorn_sanitized_step_audit_stays_below_claim_and_catches_halved_n
     grad[0, 0] = 10 * clip
     results = {}
     for halve in (False, True):
-        sanitizer = GradientSanitizer(clip, sigma / 2 if halve else sigma, noise_seed=1)
+        sanitizer = GradientSanitizer(
+            clip, sigma / 2 if halve else sigma, noise_seed=1, sample_rate=1.0
+        )
         scores = sanitizer_scores(sanitizer, grad, -grad, draws)
         results[halve] = audit_threshold_test(*scores, delta=delta).epsilon_lower_bound
     assert results[False] <= claimed
@@ -149,7 +151,9 @@ def test_dp_sinkhorn_canary_through_the_real_loss_stays_below_claim():
     assert 0.7 < distance / (2 * clip) <= 1.0 and realized < claimed
     results = {}
     for halve in (False, True):
-        sanitizer = GradientSanitizer(clip, sigma / 2 if halve else sigma, noise_seed=2)
+        sanitizer = GradientSanitizer(
+            clip, sigma / 2 if halve else sigma, noise_seed=2, sample_rate=1.0
+        )
         scores = sanitizer_scores(sanitizer, grad, grad_canary, draws)
         results[halve] = audit_threshold_test(*scores, delta=delta).epsilon_lower_bound
     assert results[False] <= realized

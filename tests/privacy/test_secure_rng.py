@@ -91,12 +91,14 @@ def test_secure_release_is_fresh_recorded_and_excludes_a_seed(tmp_path):
 
 
 def test_sanitizer_secure_noise_has_the_declared_std_and_excludes_a_seed():
-    sanitizer = GradientSanitizer(clip_norm=0.5, noise_multiplier=1.5, secure_rng=True)
+    sanitizer = GradientSanitizer(
+        clip_norm=0.5, noise_multiplier=1.5, secure_rng=True, sample_rate=1.0
+    )
     grad = torch.zeros(400, 50)
     released = sanitizer(grad, num_cross=400)
     assert float(released.std()) == pytest.approx(sanitizer.noise_std, rel=0.03)
     with pytest.raises(ValueError, match=r"no seed: got noise_seed=1"):
-        GradientSanitizer(0.5, 1.5, noise_seed=1, secure_rng=True)
+        GradientSanitizer(0.5, 1.5, noise_seed=1, secure_rng=True, sample_rate=1.0)
 
 
 def test_dpsw_release_with_secure_rng(tmp_path):
@@ -107,8 +109,8 @@ def test_dpsw_release_with_secure_rng(tmp_path):
                         enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path)  # fmt: skip
     trainer.fit(model, dm)
-    assert model.mechanism_calls == 1 and model.privacy_report()["secure_rng"] is True
-    assert isinstance(model.release_generator(), OSRandom)  # the source the release used
+    assert model.mechanism_calls == 1 and model.release.facts()["secure_rng"] is True
+    assert isinstance(model.release.noise.source(0), OSRandom)  # the source the release used
     with pytest.raises(ValueError, match=r"no seed: got noise_seed=2"):
         DPSWFlow(noise_sigma=1.0, noise_seed=2, secure_rng=True)
 

@@ -13,7 +13,6 @@ from lightning_dpot.privacy.sliced_sensitivity import (
     gaussian_sliced_release,
     projection_bound_w,
     sliced_noise_multiplier,
-    sliced_release_delta,
     sliced_sensitivity,
     sliced_sigma,
 )
@@ -127,12 +126,6 @@ def test_noise_multiplier_is_sigma_over_sensitivity_and_inverts() -> None:
     assert sliced_noise_multiplier(0.0, sensitivity) == 0.0
 
 
-def test_reported_delta_adds_delta_s_once_per_release_with_fresh_directions() -> None:
-    assert sliced_release_delta(1e-5, 1e-7) == pytest.approx(1e-5 + 1e-7)
-    assert sliced_release_delta(1e-5, 1e-9, num_releases=6720) == pytest.approx(1e-5 + 6.72e-6)
-    assert sliced_release_delta(1e-5, 1e-9, num_releases=0) == 1e-5
-
-
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -143,7 +136,6 @@ def test_reported_delta_adds_delta_s_once_per_release_with_fresh_directions() ->
         (lambda: projection_bound_w(70, 8, 1e-5, "exact"), "method must be one of"),  # type: ignore[arg-type]
         (lambda: sliced_noise_multiplier(-0.1, 1.0), "sigma must be a finite number >= 0"),
         (lambda: sliced_noise_multiplier(0.5, 0.0), "sensitivity must be a finite number > 0"),
-        (lambda: sliced_release_delta(1e-5, 1e-7, -1), "num_releases must be an integer >= 0"),
     ],
 )
 def test_bounds_refuse_invalid_arguments(call, message: str) -> None:

@@ -1,0 +1,103 @@
+"""What a LightningModule that touches private data owes the accountant: one mixin.
+
+The flow, in one line per part::
+
+    release object ─emits─▶ PrivacyEvent ─drained by─▶ PrivacyAccountantCallback ─writes─▶ report
+
+* A **release object** is the only code that touches private records. It holds the calibration
+  (σ, sensitivity), performs the release, and emits one typed event
+  (:mod:`lightning_dpot.privacy.events`) per call into its ``events`` log. It declares the event
+  each call emits as ``event`` (``None`` when not private) and what the report needs as
+  ``facts()``. The package has two: :class:`~lightning_dpot.privacy.gradient_sanitizer.
+  GradientSanitizer` (DP-Sinkhorn) and :class:`~lightning_dpot.privacy.sliced_release.
+  SlicedGaussianRelease` (the DPSW methods).
+* A **method** subclasses :class:`ReleasesPrivateData` and names its release objects in
+  :meth:`~ReleasesPrivateData.privacy_releases`. That is all it must write; the mixin derives
+  the rest. Its optional :meth:`~ReleasesPrivateData.privacy_context` adds facts about the
+  method (e.g. whether the Poisson seed is public).
+* The **accountant** (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`) composes
+  exactly the drained events, checks that its count equals the release objects' own totals, and
+  is the only writer of ``privacy_report.json`` and of the ``privacy`` section of
+  ``report.json``. ``dpot fit`` attaches one (reporting only, no budget) to every private run
+  whose config names none.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from lightning_dpot.privacy.events import EventLog, PrivacyEvent
+
+__all__ = ["Release", "ReleasesPrivateData", "warn_if_unaccounted"]
+
+
+class Release(Protocol):
+    """A release object (module docstring)."""
+
+    events: EventLog
+    is_private: bool  # False only for the non-private reference (no noise)
+
+    @property
+    def event(self) -> PrivacyEvent | None:
+        """The event one call emits (once calibrated); ``None`` when not private."""
+
+    def facts(self) -> dict[str, Any]:
+        """Sensitivity, noise source and mechanism facts for the report (plain JSON types)."""
+
+
+class ReleasesPrivateData:
+    """Mixin for a LightningModule whose training touches private data (module docstring)."""
+
+    def privacy_releases(self) -> Sequence[Release]:
+        """The release objects this module calls; the only thing a method must implement."""
+        raise NotImplementedError
+
+    def privacy_context(self) -> dict[str, Any]:
+        """Facts about the method beyond its release objects (override to add)."""
+        return {}
+
+    @property
+    def is_private(self) -> bool:
+        """Whether any release adds noise (False: the non-private reference run)."""
+        return any(release.is_private for release in self.privacy_releases())
+
+    def next_step_events(self) -> list[PrivacyEvent]:
+        """The events one training batch will emit, for the budget's look-ahead. Default: one
+        call of every private release object per batch; a method whose steps release nothing
+        (DPSWflow releases once, before training) returns ``[]``."""
+        return [r.event for r in self.privacy_releases() if r.is_private and r.event is not None]
+
+    def planned_events(self) -> list[PrivacyEvent]:
+        """Events the module will emit before its first training step (DPSWflow's one release),
+        so that a budget can refuse them before any noise is drawn. Default: none."""
+        return []
+
+    def privacy_events(self) -> list[PrivacyEvent]:
+        """The events emitted since the last call (the accountant drains them)."""
+        return [event for release in self.privacy_releases() for event in release.events.drain()]
+
+    def releases_emitted(self) -> int:
+        """Every release this run made, restored checkpoints included."""
+        return sum(release.events.total for release in self.privacy_releases())
+
+    def privacy_facts(self) -> dict[str, Any]:
+        """The facts of every release object and of the method, for the report."""
+        releases = [release.facts() for release in self.privacy_releases()]
+        return {**self.privacy_context(), "releases": releases}
+
+
+def warn_if_unaccounted(module: ReleasesPrivateData) -> None:
+    """Warn when a private module trains with no accountant among the trainer's callbacks
+    (``dpot fit`` always attaches one; the Python API does not)."""
+    trainer = module.trainer
+    accounted = any(getattr(cb, "composes_privacy_events", False) for cb in trainer.callbacks)
+    if module.is_private and not accounted:
+        warnings.warn(
+            f"{type(module).__name__} releases private data but no PrivacyAccountantCallback is "
+            "attached: nothing composes its privacy events, so no epsilon is reported and no "
+            "budget is enforced",
+            UserWarning,
+            stacklevel=2,
+        )

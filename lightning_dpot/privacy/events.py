@@ -1,0 +1,140 @@
+"""Typed privacy events: what one call of a mechanism on private data released.
+
+A release object (:class:`~lightning_dpot.privacy.gradient_sanitizer.GradientSanitizer`,
+:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`) emits one event per call
+into its :class:`EventLog`; the accountant
+(:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`) composes exactly the events that
+were emitted. The count is therefore what happened, whatever the loop did around the call
+(gradient accumulation, resume, DDP, no callback at all).
+
+* :class:`SubsampledGaussianStep` with ``sampling="poisson"``: the Gaussian mechanism on a
+  Poisson sample of rate q, add/remove-one; composed by RDP or PLD.
+* :class:`SubsampledGaussianStep` with ``sampling="without_replacement"``: the Gaussian mechanism
+  on b of the n records, replace-one; composed by RDP (Wang, Balle, Kasiviswanathan 2019).
+* :class:`GaussianRelease`: the Gaussian mechanism on the whole dataset, once; ε from the
+  analytic Gaussian mechanism (Balle & Wang 2018).
+
+``noise_multiplier`` is always the noise standard deviation divided by the ℓ2 sensitivity of
+what is noised, under the event's adjacency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from lightning_dpot.privacy.validation import (
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
+
+POISSON = "poisson"
+WITHOUT_REPLACEMENT = "without_replacement"
+SAMPLING_SCHEMES = (POISSON, WITHOUT_REPLACEMENT)
+
+
+@dataclass(frozen=True)
+class SubsampledGaussianStep:
+    """One Gaussian release of a random subsample (one optimizer step of DP-SGD-like methods).
+
+    Args:
+        noise_multiplier: σ = noise std / ℓ2 sensitivity (> 0).
+        sample_rate: Poisson rate q, or b/n for sampling without replacement.
+        sampling: ``"poisson"`` (add/remove-one) or ``"without_replacement"`` (replace-one; then
+            ``dataset_size`` n and ``batch_size`` b are required and ``sample_rate = b/n``).
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    sampling: str = POISSON
+    dataset_size: int | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_positive("noise_multiplier", self.noise_multiplier)
+        check_probability("sample_rate", self.sample_rate)
+        if self.sampling not in SAMPLING_SCHEMES:
+            raise ValueError(f"sampling must be one of {SAMPLING_SCHEMES}, got {self.sampling!r}")
+        if self.sampling == POISSON:
+            if self.dataset_size is not None or self.batch_size is not None:
+                raise ValueError(
+                    "a Poisson step has no fixed dataset_size/batch_size (they would be "
+                    f"released), got {self.dataset_size!r}/{self.batch_size!r}"
+                )
+            return
+        n = check_positive_int("dataset_size", self.dataset_size)
+        b = check_positive_int("batch_size", self.batch_size)
+        if b > n:
+            raise ValueError(f"batch_size must lie in [1, dataset_size={n}], got {b}")
+        if not math.isclose(self.sample_rate, b / n, rel_tol=1e-12):
+            raise ValueError(
+                f"sample_rate={self.sample_rate!r} must equal batch_size/dataset_size = {b}/{n} "
+                "for sampling without replacement"
+            )
+
+    @property
+    def adjacency(self) -> str:
+        return "add_or_remove_one" if self.sampling == POISSON else "replace_one"
+
+    @property
+    def composed_by(self) -> str:
+        """The accountant family that composes this event."""
+        return "rdp or pld" if self.sampling == POISSON else "rdp"
+
+    def as_dict(self) -> dict:
+        return {"event": type(self).__name__, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class GaussianRelease:
+    """One Gaussian release of the whole dataset (no subsampling), e.g. DPSWflow's cached
+    projections; ε from the analytic Gaussian mechanism (Balle & Wang 2018) at σ = noise std /
+    ℓ2 sensitivity."""
+
+    noise_multiplier: float
+    adjacency: str = "replace_one"
+
+    def __post_init__(self) -> None:
+        check_positive("noise_multiplier", self.noise_multiplier)
+        if self.adjacency not in ("replace_one", "add_or_remove_one"):
+            raise ValueError(
+                f"adjacency must be 'replace_one' or 'add_or_remove_one', got {self.adjacency!r}"
+            )
+
+    composed_by = "analytic gaussian"
+
+    def as_dict(self) -> dict:
+        return {"event": type(self).__name__, **asdict(self)}
+
+
+PrivacyEvent = SubsampledGaussianStep | GaussianRelease
+
+
+class EventLog:
+    """The events a release object emitted: ``pending`` until the accountant drains them, and
+    ``total`` ever emitted (saved in checkpoints, so a resumed run continues the count).
+
+    Within one process ``total`` never goes down: loading an older state (Lightning's tuner
+    restores its temporary checkpoint after ``lr_find``; ``fit(ckpt_path=...)`` on a module that
+    already released) keeps the larger count, so the accountant's check (composed = emitted)
+    fails instead of forgetting releases that happened."""
+
+    def __init__(self) -> None:
+        self.pending: list[PrivacyEvent] = []
+        self.total = 0
+
+    def emit(self, event: PrivacyEvent) -> None:
+        self.pending.append(event)
+        self.total += 1
+
+    def drain(self) -> list[PrivacyEvent]:
+        events, self.pending = self.pending, []
+        return events
+
+    def state_dict(self) -> dict:
+        return {"total": self.total}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.total = max(self.total, int(state["total"]))
+        self.pending = []
