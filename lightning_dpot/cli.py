@@ -10,14 +10,20 @@
 * ``dpot sample --ckpt PATH --num N --output FILE [--grid PNG]`` — samples from a checkpoint.
 * ``dpot evaluate --ckpt PATH --metrics fid,utility,w2 [--num-samples N]`` — evaluation
   metrics of a checkpoint (JSON, appended to the run's report.json).
+* ``dpot report RUN_DIR`` — a run's report.json as a table.
+
+A bad value ends any command with one line, ``dpot <command>: error: <message>``, naming the
+parameter and the accepted range; ``DPOT_DEBUG=1`` shows the full traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
@@ -26,7 +32,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 
 from lightning_dpot.callbacks import LDPPrivacyReport, PrivacyAccountantCallback, RunReport
-from lightning_dpot.commands import account
+from lightning_dpot.commands import account, report
 from lightning_dpot.plugins import AtomicCheckpointIO
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
@@ -35,6 +41,7 @@ EXTRA_COMMANDS = {
     "account": "privacy calculators: calibration, composition, shuffling, WDP",
     "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
     "evaluate": "FID / classifier FD, downstream utility and W2 of a checkpoint (JSON)",
+    "report": "print a run's report.json as a table",
 }
 
 
@@ -65,21 +72,44 @@ class DpotCLI(LightningCLI):
         return trainer
 
 
+def _root_cause(err: BaseException) -> BaseException:
+    """The innermost exception of a ``raise ... from`` chain (jsonargparse wraps ours)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def _run_with_one_line_errors(command: str, fn: Callable[[], Any]) -> Any:
+    """Run ``fn``; a bad value (ValueError, TypeError, FileNotFoundError) exits with one line
+    naming it, unless ``DPOT_DEBUG`` is set."""
+    if os.environ.get("DPOT_DEBUG"):
+        return fn()
+    try:
+        return fn()
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        cause = _root_cause(err)
+        print(f"dpot {command}: error: {cause}  (DPOT_DEBUG=1 for the traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
     """LightningCLI over any module/datamodule; the LDP privacy report and the run report
     (report.json) are attached to every run, after the config's own callbacks, and checkpoints
     are written atomically (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`). ``run=False``
     only builds the model, datamodule and trainer (``args`` then hold no subcommand)."""
-    return DpotCLI(
-        L.LightningModule,
-        L.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
-        save_config_kwargs={"overwrite": True},
-        run=run,
-        args=list(args),
-    )
+    with warnings.catch_warnings():
+        # Lightning warns whenever both `args` and a command line exist; ours are the same.
+        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended")
+        return DpotCLI(
+            L.LightningModule,
+            L.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
+            save_config_kwargs={"overwrite": True},
+            run=run,
+            args=list(args),
+        )
 
 
 def _datamodule_from_config(path: str) -> L.LightningDataModule:
@@ -134,6 +164,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(_top_level_help())
         return
     command, rest = argv[0], argv[1:]
+    _run_with_one_line_errors(command, lambda: _dispatch(command, rest, argv))
+
+
+def _dispatch(command: str, rest: list[str], argv: list[str]) -> None:
     if command == "privatize":
         privatize(rest)
     elif command == "account":
@@ -146,8 +180,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         from lightning_dpot.commands import evaluate
 
         evaluate.main(rest)
+    elif command == "report":
+        report.main(rest)
     else:
-        run_lightning(argv)
+        cli = run_lightning(argv)
+        if command == "fit":
+            # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
+            log_dir = cli.trainer.log_dir or cli.trainer.default_root_dir
+            if cli.trainer.is_global_zero:
+                print(f"\ndpot fit finished\n{report.summary(log_dir)}")
 
 
 if __name__ == "__main__":

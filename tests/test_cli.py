@@ -25,9 +25,16 @@ def _tiny_fit_args(tmp_path, config="configs/quickstart.yaml"):
     ]
 
 
-def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(tmp_path, monkeypatch):
+def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(
+    tmp_path, monkeypatch, capsys, recwarn
+):
     monkeypatch.setenv("WANDB_SILENT", "true")
     main(_tiny_fit_args(tmp_path))
+    assert not [w for w in recwarn if "args parameter is intended" in str(w.message)]
+    out = capsys.readouterr().out
+    assert "dpot fit finished" in out  # the end-of-run summary
+    assert "privacy: local DP, ε=5, δ=0.0001 per record (gaussian)" in out
+    assert "report.json" in out and "final metrics: " in out and "manifold_error=" in out
     (run_dir,) = (tmp_path / "runs").iterdir()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["method"] == "EntropicWGAN"
@@ -41,6 +48,29 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(tmp_path, 
     assert report["metrics"]["manifold_error"] >= 0
     assert Path(report["config_path"]).is_file()
     assert (run_dir / "scatter.png").is_file()
+    main(["report", str(run_dir)])  # the report as a table, one dotted key per line
+    table = capsys.readouterr().out.splitlines()
+    assert any(line.split() == ["privacy.epsilon", "5"] for line in table)
+    assert any(line.startswith("metrics.manifold_error ") for line in table)
+
+
+def test_a_bad_value_ends_in_one_line_naming_it(capsys, monkeypatch):
+    args = ["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--data.init_args.epsilon=-3"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("dpot fit: error: epsilon must be a finite number > 0, got -3.0")
+    )
+    assert "Traceback" not in err and "Union subtypes" not in err
+    monkeypatch.setenv("DPOT_DEBUG", "1")  # the traceback on request
+    with pytest.raises(ValueError):
+        main(args)
+    with pytest.raises(SystemExit, match="2"):
+        main(["report", "/nonexistent/run"])
 
 
 def test_privatize_writes_a_release_a_trainer_can_use(tmp_path, capsys):

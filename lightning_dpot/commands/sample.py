@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> dict:
     """Sample and write the files; returns the JSON summary the CLI prints."""
     from torchvision.utils import save_image
 
-    from lightning_dpot.callbacks.samples import images_to_grid
+    from lightning_dpot.grids import images_to_grid
 
     num = check_positive_int("num", args.num)
     batch_size = check_positive_int("batch_size", args.batch_size)

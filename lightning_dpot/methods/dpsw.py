@@ -393,7 +393,7 @@ class _ParticleFlow(_SlicedReleaseModule):
         if samples.ndim == 4 and samples.shape[1] in (1, 3):
             from torchvision.utils import save_image
 
-            from lightning_dpot.callbacks.samples import images_to_grid
+            from lightning_dpot.grids import images_to_grid
 
             save_image(images_to_grid(samples), log_dir / "samples.png")
         torch.save(self.particles.detach().cpu(), log_dir / "particles.pt")

@@ -69,8 +69,10 @@ class LaplaceMechanism:
     def sample_noise(self, shape: tuple[int, ...], generator: NoiseSource) -> Tensor:
         """i.i.d. Laplace(0, b) noise by inverse CDF: b·sign(u)·(−log(1 − 2|u|)), u ~ U(−½, ½)
         (:mod:`~lightning_dpot.privacy.secure_rng` for the sources)."""
-        u = uniform(shape, generator) - 0.5
-        noise = -self.noise_scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
+        u = uniform(shape, generator).sub_(0.5)
+        sign = torch.sign(u)
+        # In place, bit-identical to −b·sign(u)·log1p(−2|u|): multiplying by ±1 is exact.
+        noise = u.abs_().mul_(-2.0).log1p_().mul_(sign).mul_(-self.noise_scale)
         return noise.to(torch.float32)
 
     def describe(self) -> dict:
@@ -129,7 +131,7 @@ class GaussianMechanism:
 
     def sample_noise(self, shape: tuple[int, ...], generator: NoiseSource) -> Tensor:
         """i.i.d. N(0, σ²) noise."""
-        noise = standard_normal(shape, generator) * self.noise_scale
+        noise = standard_normal(shape, generator).mul_(self.noise_scale)
         return noise.to(torch.float32)
 
     def describe(self) -> dict:

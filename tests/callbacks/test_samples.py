@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lightning_dpot.callbacks import SampleGrid
-from lightning_dpot.callbacks.samples import images_to_grid
 from lightning_dpot.data import Digits, PrivatizedDataModule
+from lightning_dpot.grids import images_to_grid
 from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.nn import DCGANGenerator, MLPGenerator
 

@@ -83,3 +83,19 @@ def test_unbounded_declarations_without_projection_are_refused():
     with pytest.raises(ValueError, match="sensitivity_l2 is unbounded"):
         declared_sensitivity(2, math.inf, math.inf, 4)
     assert declared_sensitivity(2, math.inf, math.inf, 4, l2_radius=1.5) == 3.0
+
+
+@pytest.mark.parametrize("name", ["laplace", "gaussian"])
+def test_in_place_noise_is_bit_identical_to_the_textbook_formula(name):
+    """The noise is computed in place for speed (issue 14); the output must be exactly what the
+    out-of-place formula gives from the same generator."""
+    mech = make_mechanism(name, 2.0, epsilon=1.0, delta=None if name == "laplace" else 1e-5)
+    shape = (500, 37)
+    ours = mech.sample_noise(shape, torch.Generator().manual_seed(4))
+    g = torch.Generator().manual_seed(4)
+    if name == "laplace":
+        u = torch.rand(shape, generator=g, dtype=torch.float64) - 0.5
+        expected = -mech.noise_scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
+    else:
+        expected = torch.randn(shape, generator=g, dtype=torch.float64) * mech.noise_scale
+    assert torch.equal(ours, expected.to(torch.float32))

@@ -1,0 +1,87 @@
+"""``dpot report RUN_DIR``: a run's ``report.json`` as a readable table, and the summary that
+``dpot fit`` prints at the end of a run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["flatten", "main", "summary"]
+
+
+def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted.key, leaf)`` pairs of nested dicts; lists of scalars stay one value."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from flatten(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        for index, item in enumerate(value):
+            yield from flatten(item, f"{prefix}[{index}]")
+    else:
+        yield prefix, value
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else str(value)
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def table(report: dict) -> str:
+    rows = [(key, _format(value)) for key, value in flatten(report)]
+    width = max((len(key) for key, _ in rows), default=0)
+    return "\n".join(f"{key:<{width}}  {value}" for key, value in rows)
+
+
+def _privacy_line(report: dict) -> str:
+    privacy = report.get("privacy")
+    if not privacy:
+        return "privacy: none (not a private run)"
+    if "kind" in privacy:  # local DP: the release's own guarantee
+        total = (privacy.get("ledger") or {}).get("all_releases_of_these_records")
+        spent = "" if not total else f"; all releases of these records: ε={total['epsilon']:.4g}"
+        return (
+            f"privacy: local DP, ε={privacy['epsilon']:.4g}, δ={privacy['delta']} per record "
+            f"({privacy['mechanism']}){spent}"
+        )
+    epsilon = privacy.get("epsilon")
+    shown = f"{epsilon:.4g}" if isinstance(epsilon, float) else str(epsilon)
+    return (
+        f"privacy: central DP, ε={shown}, δ={privacy.get('delta')}, {privacy.get('adjacency')}, "
+        f"{privacy.get('accountant')} accountant, {privacy.get('releases')} releases"
+    )
+
+
+def summary(run_dir: str | Path, max_files: int = 12) -> str:
+    """What ``dpot fit`` prints at the end: where the run went, its privacy guarantee, its final
+    metrics and the files it wrote."""
+    run_dir = Path(run_dir)
+    path = run_dir / "report.json"
+    report = json.loads(path.read_text()) if path.is_file() else {}
+    lines = [f"run directory: {run_dir}", _privacy_line(report)]
+    metrics = report.get("metrics") or {}
+    if metrics:
+        shown = ", ".join(f"{k}={_format(v)}" for k, v in sorted(metrics.items())[:10])
+        lines.append(f"final metrics: {shown}")
+    files = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*") if p.is_file())
+    listed = ", ".join(str(p) for p in files[:max_files])
+    more = f" (+{len(files) - max_files} more)" if len(files) > max_files else ""
+    lines.append(f"files: {listed}{more}")
+    lines.append(f"details: dpot report {run_dir}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="dpot report", description="print a run's report.json as a table"
+    )
+    parser.add_argument("run_dir", help="a run directory holding report.json")
+    args = parser.parse_args(argv)
+    path = Path(args.run_dir) / "report.json"
+    if not path.is_file():
+        parser.error(f"run_dir={args.run_dir!r} holds no report.json")
+    print(table(json.loads(path.read_text())))
