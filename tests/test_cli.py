@@ -179,3 +179,31 @@ def test_top_level_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for command in ("fit", "privatize", "account"):
         assert command in out
+
+
+def test_every_ready_made_callback_is_added_with_one_flag(capsys):
+    """The top-level callbacks/ folder: each file is added to any run with
+    --trainer.callbacks+=FILE, and a value can be overridden right after it."""
+    from lightning_dpot.cli import run_lightning
+
+    files = sorted((REPO / "callbacks").glob("*.yaml"))
+    assert {f.stem for f in files} == {
+        "fid_classifier", "fid_inception", "manifold", "privacy_accountant", "sample_grid",
+        "utility_quick", "w2",
+    }  # fmt: skip
+    usable = [f for f in files if f.stem != "fid_inception"]  # needs its weights file
+    args = ["--config", str(REPO / "configs/quickstart.yaml"), "--trainer.logger=false"]
+    args += [f"--trainer.callbacks+={f}" for f in usable]
+    args += [f"--trainer.callbacks+={REPO / 'callbacks/w2.yaml'}", "--trainer.callbacks.repeats=5"]
+    callbacks = run_lightning(args, run=False).trainer.callbacks
+    names = {type(cb).__name__ for cb in callbacks}
+    assert {"FIDEvaluation", "ManifoldEvaluation", "PrivacyAccountantCallback", "SampleGrid",
+            "UtilityEvaluation", "W2Evaluation"} <= names  # fmt: skip
+    assert [cb.repeats for cb in callbacks if type(cb).__name__ == "W2Evaluation"] == [10, 5]
+    inception = ["fit", "--config", str(REPO / "configs/quickstart.yaml")]
+    inception.append(f"--trainer.callbacks+={REPO / 'callbacks/fid_inception.yaml'}")
+    with pytest.raises(SystemExit):  # FID needs its weights: one line naming the parameter
+        main(inception)
+    assert "error: Inception weights not found: feature_extractor_weights_path=None" in (
+        capsys.readouterr().err
+    )
