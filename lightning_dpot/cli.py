@@ -188,7 +188,8 @@ def _dispatch(command: str, rest: list[str], argv: list[str]) -> None:
             # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
             log_dir = cli.trainer.log_dir or cli.trainer.default_root_dir
             if cli.trainer.is_global_zero:
-                print(f"\ndpot fit finished\n{report.summary(log_dir)}")
+                # stderr, like every human-facing message: stdout stays for commands' JSON.
+                print(f"\ndpot fit finished\n{report.summary(log_dir)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(
     monkeypatch.setenv("WANDB_SILENT", "true")
     main(_tiny_fit_args(tmp_path))
     assert not [w for w in recwarn if "args parameter is intended" in str(w.message)]
-    out = capsys.readouterr().out
-    assert "dpot fit finished" in out  # the end-of-run summary
+    out = capsys.readouterr().err
+    assert "dpot fit finished" in out  # the end-of-run summary (stderr: stdout is for data)
     assert "privacy: local DP, ε=5, δ=0.0001 per record (gaussian)" in out
     assert "report.json" in out and "final metrics: " in out and "manifold_error=" in out
     (run_dir,) = (tmp_path / "runs").iterdir()
