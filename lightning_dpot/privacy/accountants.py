@@ -76,6 +76,7 @@ steps) and call them, as in Opacus (``opacus/accountants/analysis`` vs ``opacus/
 from __future__ import annotations
 
 import math
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
@@ -229,7 +230,18 @@ def rdp_to_epsilon(
         raise ValueError(f"rdp has {len(rdp)} entries but there are {len(orders)} orders")
     if all(r == 0 for r in rdp):
         return 0.0
-    epsilon, _ = _dpa_rdp_compute_epsilon(orders, rdp, delta)
+    epsilon, best = _dpa_rdp_compute_epsilon(orders, rdp, delta)
+    if math.isfinite(epsilon) and best in (min(orders), max(orders)):
+        # As Opacus does: at the edge of the grid the minimum may lie outside it, so the
+        # reported ε (still a valid upper bound) may be loose.
+        edge = "largest" if best == max(orders) else "smallest"
+        warnings.warn(
+            f"the optimal RDP order α={best:g} is the {edge} of the grid "
+            f"[{min(orders):g}, {max(orders):g}]: ε is a valid bound but may be loose; extend "
+            "the orders (or use the PLD accountant)",
+            UserWarning,
+            stacklevel=2,
+        )
     return float(epsilon)
 
 

@@ -442,3 +442,17 @@ def test_swor_curve_is_dp_accountings_replace_one_accountant_where_not_capped():
     assert swor_gaussian_epsilon(z, n, b, steps, delta) == pytest.approx(
         dpa.get_epsilon(delta), rel=1e-9
     )
+
+
+def test_an_optimal_order_at_the_edge_of_the_grid_warns():
+    """As Opacus: when the best α is the first or last order, ε may be loose (issue 14)."""
+    import warnings
+
+    from lightning_dpot.privacy.accountants import rdp_to_epsilon, sgm_rdp
+
+    orders = [2.0, 3.0]
+    with pytest.warns(UserWarning, match=r"α=3 is the largest of the grid \[2, 3\]"):
+        rdp_to_epsilon(sgm_rdp(0.5, 1.0, orders), 1e-5, orders)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the paper-002 setting sits inside the default grid
+        assert sgm_epsilon(1.5, 1 / 1200, 160_000, 1e-5) == pytest.approx(1.0147, abs=1e-4)
