@@ -29,7 +29,6 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 from torch import Tensor
+
+from lightning_dpot.data.release import secret_key
 
 __all__ = ["LEDGER_ENV", "LedgerTotal", "PrivacyBudgetError", "PrivacyLedger", "default_ledger_dir"]
 
@@ -76,21 +77,9 @@ class PrivacyLedger:
         self.directory = Path(directory) if directory is not None else default_ledger_dir()
         self.path = self.directory / "ledger.jsonl"
 
-    def _key(self) -> bytes:
-        key_path = self.directory / "digest.key"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return key_path.read_bytes()
-        key = secrets.token_bytes(32)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
-        return key
-
     def digests(self, records: Tensor) -> np.ndarray:
         """Sorted unique keyed digests (uint64) of the records (rows of ``records``)."""
-        key = self._key()
+        key = secret_key(self.directory)
         rows = records.detach().to("cpu").float().contiguous().numpy()
         rows = rows.reshape(rows.shape[0], -1)
         out = np.fromiter(

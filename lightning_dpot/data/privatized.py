@@ -288,7 +288,8 @@ class PrivatizedDataModule(L.LightningDataModule):
             self._privatize().save(path)
         release = Release.load(path)
         splits = self.source.load()  # type: ignore[union-attr]
-        self.ledger_total = self.ledger.total(self.ledger.digests(splits.train))
+        if rank_world()[0] == 0:  # the report's total; hashing every record once is enough
+            self.ledger_total = self.ledger.total(self.ledger.digests(splits.train))
         if keyed_digest(splits.train, self.cache_dir) != release.metadata.get("raw_hmac_sha256"):
             raise ValueError(
                 f"the cached release {path} was made from different raw data than the source "

@@ -35,6 +35,20 @@ def tensor_sha256(x: Tensor) -> str:
     return digest.hexdigest()
 
 
+def secret_key(key_dir: str | Path) -> bytes:
+    """The 32 random bytes in ``key_dir/digest.key``, created with mode 0600 on first use."""
+    key_path = Path(key_dir) / "digest.key"
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return key_path.read_bytes()
+    key = secrets.token_bytes(32)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    return key
+
+
 def keyed_digest(x: Tensor, key_dir: str | Path) -> str:
     """HMAC-SHA256 of a tensor's bytes and shape under a secret key kept in
     ``key_dir/digest.key`` (32 random bytes, created with mode 0600 on first use).
@@ -43,16 +57,7 @@ def keyed_digest(x: Tensor, key_dir: str | Path) -> str:
     plain hash of private records into a release file: an unkeyed hash is a deterministic
     function of the data, which lets anyone who knows all records but one test candidates for
     the last. Without the key the digest says nothing."""
-    key_path = Path(key_dir) / "digest.key"
-    key_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = key_path.read_bytes()
-    else:
-        key = secrets.token_bytes(32)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key)
+    key = secret_key(key_dir)
     arr = x.detach().to("cpu", torch.float32).contiguous().numpy()
     mac = hmac.new(key, str(tuple(arr.shape)).encode(), hashlib.sha256)
     mac.update(arr.tobytes())

@@ -123,7 +123,7 @@ class SlicedGaussianRelease:
         self.events = EventLog()
         self.noise_sigma = 0.0
         self.dim: int | None = None
-        self.event: PrivacyEvent | None = None
+        self.sizes: tuple[int, int] | None = None  # (n, b) of a subsampled release
         self.redraws = 0
 
     # -- calibration ------------------------------------------------------------------------------
@@ -153,15 +153,20 @@ class SlicedGaussianRelease:
             raise ValueError(
                 f"noise_sigma={noise_sigma!r} for a release declared is_private={self.is_private}"
             )
-        if self.noise_sigma == 0.0:
-            self.event = None
-        elif batch_size is None:
-            self.event = GaussianRelease(self.noise_multiplier)
-        else:
-            n, b = int(dataset_size), int(batch_size)
-            self.event = SubsampledGaussianStep(
-                self.noise_multiplier, b / n, WITHOUT_REPLACEMENT, dataset_size=n, batch_size=b
-            )
+        self.sizes = None if batch_size is None else (int(dataset_size), int(batch_size))
+
+    @property
+    def event(self) -> PrivacyEvent | None:
+        """What one call releases, from the σ, dimension and sizes the release uses now
+        (``None`` before :meth:`calibrate` and when σ = 0)."""
+        if self.dim is None or self.noise_sigma == 0.0:
+            return None
+        if self.sizes is None:
+            return GaussianRelease(self.noise_multiplier)
+        n, b = self.sizes
+        return SubsampledGaussianStep(
+            self.noise_multiplier, b / n, WITHOUT_REPLACEMENT, dataset_size=n, batch_size=b
+        )
 
     @property
     def noise_multiplier(self) -> float:
@@ -200,8 +205,9 @@ class SlicedGaussianRelease:
                 f"‖Θ‖²_op = {norm2:.6g} exceeds w = {w:.6g}: the sensitivity Δ = 2√w would not "
                 "hold for these directions; draw them with SlicedGaussianRelease.directions()"
             )
-        if self.event is not None:
-            self.events.emit(self.event)
+        event = self.event
+        if event is not None:
+            self.events.emit(event)
         with torch.autocast(records.device.type, enabled=False):
             released = gaussian_sliced_release(records.double(), theta, self.noise_sigma, source)
         return released.to(records.dtype)
@@ -229,15 +235,9 @@ class SlicedGaussianRelease:
         }
 
     def state_dict(self) -> dict:
-        event = self.event
-        sizes = (
-            (event.dataset_size, event.batch_size)
-            if isinstance(event, SubsampledGaussianStep)
-            else (None, None)
-        )
         return {
             "events": self.events.state_dict(),
-            "calibration": [self.noise_sigma, self.dim, *sizes],
+            "calibration": [self.noise_sigma, self.dim, *(self.sizes or (None, None))],
             "redraws": self.redraws,
         }
 
