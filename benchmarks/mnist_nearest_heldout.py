@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
     runs = dict(item.split("=", 1) for item in args.run)
 
     datamodule = datamodule_from_run_config(find_run_config(next(iter(runs.values()))))
-    heldout = datamodule.test_data.reshape(len(datamodule.test_data), -1)
+    heldout = datamodule.test_records.reshape(len(datamodule.test_records), -1)
     labels = datamodule.test_labels
     release = datamodule.transform.inverse(datamodule.release[: args.num])
     flat = release.reshape(len(release), -1)

@@ -50,7 +50,7 @@ def measure(cli, num: int, subsample: int, repeats: int, seed: int, with_train: 
     torch.manual_seed(seed)
     samples = model.sample(num).flatten(1)
     generator = torch.Generator().manual_seed(seed)
-    test = datamodule.test_data.flatten(1)
+    test = datamodule.test_records.flatten(1)
     m = min(subsample, len(samples), len(test))
     w2_test, se_test = subsampled_w2(samples, test, m, repeats, generator)
     out = {

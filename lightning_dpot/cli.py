@@ -3,7 +3,8 @@
 * ``dpot fit | validate | test | predict`` — LightningCLI over any method module and datamodule
   (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir,
   and every private run has an accountant: the config's ``PrivacyAccountantCallback``, or one
-  attached that reports without a budget.
+  attached that reports without a budget. A config may start from shared fragments
+  (``__base__: [../_shared/...yaml]``, :func:`compose_config`); the command line still wins.
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.
 * ``dpot account ...`` — privacy calculators (``dpot account --help``).
@@ -11,6 +12,8 @@
 * ``dpot evaluate --ckpt PATH --metrics fid,utility,w2 [--num-samples N]`` — evaluation
   metrics of a checkpoint (JSON, appended to the run's report.json).
 * ``dpot report RUN_DIR`` — a run's report.json as a table.
+* ``dpot compare --config configs/compare/SUITE.yaml`` — methods × ε × seeds on one data set
+  with one evaluator set: comparison.json, a table grouped by privacy notion, plots.
 
 A bad value ends any command with one line, ``dpot <command>: error: <message>``, naming the
 parameter and the accepted range; ``DPOT_DEBUG=1`` shows the full traceback instead.
@@ -24,6 +27,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -33,6 +37,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 
 from lightning_dpot.callbacks import LDPPrivacyReport, PrivacyAccountantCallback, RunReport
 from lightning_dpot.commands import account, report
+from lightning_dpot.data.protocols import LocalDPRelease, satisfies
 from lightning_dpot.plugins import AtomicCheckpointIO
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
@@ -42,6 +47,7 @@ EXTRA_COMMANDS = {
     "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
     "evaluate": "FID / classifier FD, downstream utility and W2 of a checkpoint (JSON)",
     "report": "print a run's report.json as a table",
+    "compare": "every method of a suite on the same data at equal privacy (table, plots)",
 }
 
 
@@ -50,7 +56,13 @@ class DpotCLI(LightningCLI):
     ``CheckpointIO`` plugin, and accounts every private run: a module that releases private
     data (:class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`) and whose config names
     no accountant gets a reporting-only ``PrivacyAccountantCallback``. Both are added at
-    instantiation, so ``config.yaml`` stays as written."""
+    instantiation, so ``config.yaml`` stays as written. A ``--config`` file that names
+    ``__base__`` fragments is composed first (:func:`compose_config`)."""
+
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        if isinstance(args, (list, tuple)):
+            args = _with_composed_configs(args)
+        super().parse_arguments(parser, args)
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
         trainer_config = self._get(self.config_init, "trainer", default={}) or {}
@@ -70,6 +82,74 @@ class DpotCLI(LightningCLI):
             )
             trainer.callbacks.insert(first, PrivacyAccountantCallback())
         return trainer
+
+
+BASE_KEY = "__base__"
+
+
+def compose_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The config in ``path`` with the fragments named by its ``__base__`` merged beneath it.
+
+    ``__base__`` is a path or a list of paths, relative to the file that names them; fragments
+    may name their own. The fragments are merged in order, then the file itself on top: mappings
+    merge key by key; anything else (a number, a string, a list such as ``trainer.callbacks``)
+    replaces what is beneath; a mapping whose ``class_path`` differs from the one beneath
+    replaces it whole (no init_args carry over to another class). A file without ``__base__``
+    comes back as loaded. Files are read with jsonargparse's YAML loader, as ``--config`` is."""
+    return _compose(Path(path), ())
+
+
+def _compose(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    from jsonargparse import get_loader
+
+    here = path.resolve()
+    if here in chain:
+        loop = " -> ".join(str(p) for p in (*chain, here))
+        raise ValueError(f"config={str(path)!r}: {BASE_KEY} loop {loop}")
+    config = get_loader("yaml")(path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError(f"config={str(path)!r} must be a mapping, got {type(config).__name__}")
+    bases = config.pop(BASE_KEY, [])
+    composed: dict[str, Any] = {}
+    for base in [bases] if isinstance(bases, str) else bases:
+        composed = _merge(composed, _compose(path.parent / base, (*chain, here)))
+    return _merge(composed, config)
+
+
+def _merge(base: Any, top: Any) -> Any:
+    """``top`` over ``base`` by the rules of :func:`compose_config`."""
+    if not (isinstance(base, dict) and isinstance(top, dict)):
+        return top
+    if "class_path" in base and "class_path" in top and base["class_path"] != top["class_path"]:
+        return top
+    merged = {**base, **{k: _merge(base[k], v) if k in base else v for k, v in top.items()}}
+    if "class_path" in merged:  # written first, as in every config
+        merged = {"class_path": merged.pop("class_path"), **merged}
+    return merged
+
+
+def _with_composed_configs(args: Sequence[str]) -> list[str]:
+    """``args`` with each ``--config FILE`` (``-c FILE``, ``--config=FILE``) whose file names
+    ``__base__`` replaced by the composed config as a YAML string, which jsonargparse reads as
+    it reads the file; the arguments after it still override it."""
+    import yaml
+    from jsonargparse import get_loader
+
+    def composed(value: str) -> str:
+        if not os.path.isfile(value):
+            return value  # a YAML string, or a missing file for jsonargparse to report
+        loaded = get_loader("yaml")(Path(value).read_text())
+        if not (isinstance(loaded, dict) and BASE_KEY in loaded):
+            return value
+        return yaml.safe_dump(compose_config(value), sort_keys=False)
+
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            out[i + 1] = composed(out[i + 1])
+        elif arg.startswith("--config="):
+            out[i] = "--config=" + composed(arg.removeprefix("--config="))
+    return out
 
 
 def _root_cause(err: BaseException) -> BaseException:
@@ -113,12 +193,10 @@ def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
 
 
 def _datamodule_from_config(path: str) -> L.LightningDataModule:
-    import yaml
     from jsonargparse import ArgumentParser
 
-    with open(path) as fh:
-        config = yaml.safe_load(fh)
-    section = config.get("data", config) if isinstance(config, dict) else None
+    config = compose_config(path)
+    section = config.get("data", config)
     if not isinstance(section, dict):
         raise SystemExit(f"dpot privatize: error: config={path!r} has no 'data' section")
     parser = ArgumentParser()
@@ -133,7 +211,7 @@ def privatize(argv: Sequence[str]) -> None:
     parser.add_argument("--output", required=True, help="path of the release file to write")
     args = parser.parse_args(argv)
     datamodule = _datamodule_from_config(args.config)
-    if not hasattr(datamodule, "write_release"):
+    if not satisfies(datamodule, LocalDPRelease):
         raise SystemExit("dpot privatize: error: the data section must be a PrivatizedDataModule")
     path = datamodule.write_release(args.output)
     print(json.dumps({"release": str(path), "privacy": datamodule.privacy_report()}, indent=2))
@@ -182,6 +260,10 @@ def _dispatch(command: str, rest: list[str], argv: list[str]) -> None:
         evaluate.main(rest)
     elif command == "report":
         report.main(rest)
+    elif command == "compare":
+        from lightning_dpot.commands import compare
+
+        compare.main(rest)
     else:
         cli = run_lightning(argv)
         if command == "fit":

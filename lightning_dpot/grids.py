@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
-__all__ = ["images_to_grid"]
+__all__ = ["ImageLogger", "images_to_grid"]
+
+
+@runtime_checkable
+class ImageLogger(Protocol):
+    """A logger that takes images (Lightning's ``WandbLogger`` and the project's
+    :class:`~lightning_dpot.loggers.WandbRunLogger` do)."""
+
+    def log_image(self, key: str, images: list[Any], step: int | None = None) -> None: ...
 
 
 def images_to_grid(images: Tensor, nrow: int | None = None, low: float = -1.0, high: float = 1.0):

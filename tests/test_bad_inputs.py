@@ -29,7 +29,7 @@ from lightning_dpot.methods import DPSinkhorn, DPSWFlow, EntropicWGAN
 from lightning_dpot.metrics.fid import InceptionFID
 from lightning_dpot.nn import MLPGenerator
 from lightning_dpot.plugins import AtomicCheckpointIO
-from lightning_dpot.privacy.accountants import sgm_epsilon
+from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.ldp import LocalRandomizer
 from lightning_dpot.privacy.transforms import make_transform
@@ -130,7 +130,7 @@ CASES = {
         ValueError, r"secure_rng=True draws from the OS CSPRNG, which has no seed: got seed=1",
     ),
     "sample_rate = 0": (
-        lambda tmp: sgm_epsilon(1.0, 0.0, 10, 1e-5),
+        lambda tmp: subsampled_gaussian_epsilon(1.0, 0.0, 10, 1e-5),
         ValueError, r"sample_rate must lie in \(0, 1\], got 0\.0",
     ),
     "sample_rate > 1": (
@@ -138,7 +138,7 @@ CASES = {
         ValueError, r"sample_rate must lie in \(0, 1\], got 2\.0",
     ),
     "noise_multiplier = 0 for an accountant": (
-        lambda tmp: sgm_epsilon(0.0, 0.1, 10, 1e-5),
+        lambda tmp: subsampled_gaussian_epsilon(0.0, 0.1, 10, 1e-5),
         ValueError, r"noise_multiplier must be a finite number > 0, got 0\.0",
     ),
     "negative noise_multiplier": (

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_dpot.cli import main
+from lightning_dpot.cli import compose_config, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_a_bad_value_ends_in_one_line_naming_it(capsys, monkeypatch):
 
 def test_privatize_writes_a_release_a_trainer_can_use(tmp_path, capsys):
     config = tmp_path / "data.yaml"
-    quick = yaml.safe_load((REPO / "configs/quickstart.yaml").read_text())
+    quick = compose_config(REPO / "configs/quickstart.yaml")
     quick["data"]["init_args"]["source"]["init_args"]["n"] = 1000
     quick["data"]["init_args"]["cache_dir"] = str(tmp_path / "cache")
     config.write_text(yaml.safe_dump({"data": quick["data"]}))
@@ -207,3 +207,75 @@ def test_every_ready_made_callback_is_added_with_one_flag(capsys):
     assert "error: Inception weights not found: feature_extractor_weights_path=None" in (
         capsys.readouterr().err
     )
+
+
+def test_a_config_is_composed_from_the_fragments_its_base_names(tmp_path):
+    """``__base__`` fragments (paths relative to the file naming them, nested) merge beneath the
+    file: mappings merge, values and lists are replaced, another class_path replaces the whole
+    mapping; a loop is an error."""
+    shared, experiments = tmp_path / "_shared", tmp_path / "method"
+    shared.mkdir(), experiments.mkdir()
+    (shared / "logger.yaml").write_text("trainer: {logger: {class_path: L, init_args: {a: 1}}}")
+    (shared / "source.yaml").write_text("data: {init_args: {source: {class_path: S}}}")
+    (shared / "recipe.yaml").write_text(
+        "__base__: logger.yaml\n"
+        "trainer: {max_epochs: 3, callbacks: [{class_path: Grid}]}\n"
+        "model: {class_path: M, init_args: {lr: 1, net: {class_path: G, init_args: {w: 8}}}}\n"
+    )
+    config = experiments / "run.yaml"
+    config.write_text(
+        "__base__: [../_shared/recipe.yaml, ../_shared/source.yaml]\n"
+        "trainer: {logger: {init_args: {name: run}}, callbacks: [{class_path: Accountant}]}\n"
+        "model: {init_args: {lr: 2, net: {class_path: H}}}\n"
+        "data: {class_path: D}\n"
+    )
+    composed = compose_config(config)
+    assert composed == {
+        "trainer": {
+            "logger": {"class_path": "L", "init_args": {"a": 1, "name": "run"}},
+            "max_epochs": 3,
+            "callbacks": [{"class_path": "Accountant"}],
+        },
+        "model": {"class_path": "M", "init_args": {"lr": 2, "net": {"class_path": "H"}}},
+        "data": {"class_path": "D", "init_args": {"source": {"class_path": "S"}}},
+    }
+    assert list(composed["data"]) == ["class_path", "init_args"]  # written as configs are
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("__base__: loop.yaml\n")
+    with pytest.raises(ValueError, match="__base__ loop"):
+        compose_config(loop)
+
+
+def test_fit_reads_a_composed_config_and_the_command_line_still_wins(tmp_path, capsys):
+    """`dpot fit --config` composes the file (--print_config shows the result, as a flat file
+    gives it) and arguments after it override the file and its fragments."""
+    config = REPO / "configs/entropic_wgan/mnist_fig3_gaussian_entropic.yaml"
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(yaml.safe_dump(compose_config(config), sort_keys=False))
+    printed = []
+    for path in (config, flat):
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", str(path), "--model.init_args.lr=0.5", "--print_config"])
+        printed.append(yaml.safe_load(capsys.readouterr().out))
+    assert printed[0] == printed[1]
+    assert printed[0]["model"]["init_args"]["lr"] == 0.5
+    assert printed[0]["trainer"]["logger"]["init_args"]["name"] == config.stem
+    assert printed[0]["data"]["init_args"]["source"]["class_path"] == "lightning_dpot.data.MNIST"
+
+
+def test_every_experiment_names_its_run_after_its_file_and_every_fragment_is_used():
+    configs = REPO / "configs"
+    experiments = [p for p in configs.rglob("*.yaml") if "_shared" not in p.parts]
+    for path in experiments:
+        logger = (compose_config(path).get("trainer") or {}).get("logger")
+        if isinstance(logger, dict) and logger["class_path"].endswith("WandbRunLogger"):
+            assert logger["init_args"]["name"].endswith(path.stem), path
+
+    def bases(path):
+        names = yaml.safe_load(path.read_text()).get("__base__", [])
+        for name in [names] if isinstance(names, str) else names:
+            yield (path.parent / name).resolve()
+            yield from bases(path.parent / name)
+
+    used = {base for path in experiments for base in bases(path)}
+    assert {p.resolve() for p in (configs / "_shared").rglob("*.yaml")} <= used

@@ -9,9 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lightning_dpot.cli import main
+from lightning_dpot.cli import compose_config, main
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "entropic_wgan"
 CONFIGS = sorted(c for c in CONFIG_DIR.glob("*.yaml") if not c.name.startswith(("fig1_", "fig2_")))
@@ -54,7 +53,7 @@ def _source_overrides(source: dict, request) -> list[str]:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_config_trains_two_steps_on_tiny_data(config: Path, tmp_path, request):
-    loaded = yaml.safe_load(config.read_text())
+    loaded = compose_config(config)  # the file with its __base__ fragments
     assert loaded["trainer"]["logger"]["class_path"] == "lightning_dpot.loggers.WandbRunLogger"
     out = tmp_path / "run"
     main(

@@ -15,12 +15,8 @@ import torch
 import yaml
 
 import lightning_dpot.privacy.sliced_release as sliced_release
-from lightning_dpot.cli import main
-from lightning_dpot.commands.checkpoint import (
-    load_model,
-    materialize_placeholder_buffers,
-    sample_model,
-)
+from lightning_dpot.cli import compose_config, main
+from lightning_dpot.commands.checkpoint import load_model, materialize_placeholder_buffers
 from lightning_dpot.data import PrivateLatentDataModule
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "dpswflow"
@@ -56,7 +52,7 @@ def _fit(config: dict[str, Any], root: Path) -> Path:
 
 
 def _toy_config(cls: str) -> dict[str, Any]:
-    config = yaml.safe_load((CONFIG_DIR / "toy_5gaussians_sigma0p5.yaml").read_text())
+    config = compose_config(CONFIG_DIR / "toy_5gaussians_sigma0p5.yaml")
     config["trainer"]["max_steps"] = 4
     model = config["model"]
     model["class_path"] = f"lightning_dpot.methods.{cls}"
@@ -144,7 +140,7 @@ def _shrink_mnist(config: dict[str, Any], mnist_dir: Path, ae_dir: Path) -> dict
 @pytest.fixture(scope="module")
 def tiny_mnist_autoencoder(tmp_path_factory, mnist_test_dir) -> Path:
     ae_dir = tmp_path_factory.mktemp("ae")
-    config = yaml.safe_load((CONFIG_DIR / "mnist_autoencoder.yaml").read_text())
+    config = compose_config(CONFIG_DIR / "mnist_autoencoder.yaml")
     ckpt = _fit(_shrink_mnist(config, mnist_test_dir, ae_dir), tmp_path_factory.mktemp("stage1"))
     ckpt.rename(ae_dir / "autoencoder.ckpt")
     return ae_dir
@@ -154,7 +150,7 @@ def tiny_mnist_autoencoder(tmp_path_factory, mnist_test_dir) -> Path:
 def test_latent_run_checkpoint_samples_decoded_images(
     name: str, tmp_path, capsys, release_spy, tiny_mnist_autoencoder, mnist_test_dir
 ):
-    config = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
+    config = compose_config(CONFIG_DIR / f"{name}.yaml")
     config = _shrink_mnist(config, mnist_test_dir, tiny_mnist_autoencoder)
     ckpt = _fit(config, tmp_path / "run")
     fitted_calls = len(release_spy)
@@ -171,19 +167,6 @@ def test_latent_run_checkpoint_samples_decoded_images(
         torch.testing.assert_close(samples, model.decode(particles[:6]))
     _evaluate_w2(ckpt, capsys)
     assert len(release_spy) == fitted_calls, "sampling / evaluating called the mechanism"
-
-
-def test_sample_model_passes_batch_size_only_where_taken():
-    class Flow:
-        def sample(self, n):
-            return torch.zeros(n, 2)
-
-    class Generator:
-        def sample(self, n, batch_size=10):
-            return torch.full((n, 1), float(batch_size))
-
-    assert sample_model(Flow(), 3, batch_size=7).shape == (3, 2)
-    assert sample_model(Generator(), 2, batch_size=7).eq(7.0).all()
 
 
 def test_placeholder_buffers_are_resized_but_real_mismatches_still_fail():

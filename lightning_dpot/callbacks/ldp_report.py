@@ -9,6 +9,8 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from lightning_dpot.data.protocols import LocalDPRelease, satisfies
+
 
 class LDPPrivacyReport(Callback):
     """Reads ``trainer.datamodule.privacy_report()`` and logs it as hyperparameters."""
@@ -28,6 +30,6 @@ class LDPPrivacyReport(Callback):
     @staticmethod
     def _report(trainer: L.Trainer) -> dict | None:
         datamodule = trainer.datamodule
-        if datamodule is None or not hasattr(datamodule, "privacy_report"):
+        if not satisfies(datamodule, LocalDPRelease):
             return None
         return datamodule.privacy_report()

@@ -10,7 +10,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lightning_dpot.data.manifolds import CurveSource
+from lightning_dpot.generative import draw
+from lightning_dpot.grids import ImageLogger
+from lightning_dpot.metrics.evaluators import ManifoldEvaluator
 
 
 class ManifoldEvaluation(Callback):
@@ -21,7 +23,8 @@ class ManifoldEvaluation(Callback):
     the share of 18 equal arc pieces holding at least a quarter of the uniform share of the
     samples within 0.25 of the curve), which catches a generator that covers only part of it.
 
-    Needs a datamodule whose source defines ``distance_to_support`` (the 2-D sources).
+    Needs a datamodule whose source is a curve with a known support (the metrics are
+    :class:`~lightning_dpot.metrics.evaluators.ManifoldEvaluator`'s).
     """
 
     def __init__(self, num_samples: int = 5000, every_n_epochs: int = 10, plot: bool = True):
@@ -29,30 +32,22 @@ class ManifoldEvaluation(Callback):
         self.every_n_epochs = every_n_epochs
         self.plot = plot
 
-    def _error(
+    def _measure(
         self, trainer: L.Trainer, pl_module: L.LightningModule
-    ) -> tuple[float, torch.Tensor]:
-        source = trainer.datamodule.source
-        if source is None or not hasattr(source, "distance_to_support"):
-            raise ValueError("ManifoldEvaluation needs a 2-D source with a known support")
-        samples = pl_module.sample(self.num_samples)
-        return float(source.distance_to_support(samples).mean()), samples
-
-    @staticmethod
-    def _coverage(trainer: L.Trainer, samples: torch.Tensor) -> dict[str, float]:
-        source = trainer.datamodule.source
-        return {"arc_coverage": source.coverage(samples)} if isinstance(source, CurveSource) else {}
+    ) -> tuple[dict[str, float], torch.Tensor]:
+        evaluator = ManifoldEvaluator(trainer.datamodule.source)
+        samples, _ = draw(pl_module, self.num_samples)
+        return evaluator.score(samples), samples
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
-            error, samples = self._error(trainer, pl_module)
-            pl_module.log("manifold_error", error, prog_bar=True)
-            for name, value in self._coverage(trainer, samples).items():
+            metrics, _ = self._measure(trainer, pl_module)
+            for name, value in metrics.items():
                 pl_module.log(name, value, prog_bar=True)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        error, samples = self._error(trainer, pl_module)
-        metrics = {"manifold_error": error, **self._coverage(trainer, samples)}
+        metrics, samples = self._measure(trainer, pl_module)
+        error = metrics["manifold_error"]
         for name, value in metrics.items():
             trainer.callback_metrics[name] = torch.tensor(value)
         for logger in trainer.loggers:
@@ -62,7 +57,7 @@ class ManifoldEvaluation(Callback):
         if self.plot and trainer.is_global_zero:
             self.save_scatter(trainer, samples, path, error)
             for logger in trainer.loggers:
-                if hasattr(logger, "log_image"):
+                if isinstance(logger, ImageLogger):
                     logger.log_image(key="scatter", images=[str(path)])
 
     @staticmethod
@@ -74,7 +69,7 @@ class ManifoldEvaluation(Callback):
 
         dm = trainer.datamodule
         panels = [
-            ("raw (held-out)", dm.test_data),
+            ("raw (held-out)", dm.test_records),
             ("privatized", dm.release),
             (f"generated (error {error:.3f})", samples),
         ]

@@ -43,21 +43,16 @@ What the callback does
   (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.planned_events`, DPSWflow's one
   release) would already exceed;
 * writes ``privacy_report.json`` (rank 0) to ``trainer.log_dir`` at the end of training and
-  contributes the same dict to ``report.json`` under ``privacy``: the only writer of both. The
-  report states the adjacency, the assumption that the dataset size N is public (the sample
-  rate, the batch sizes and checkpoints reveal it; SPEC §10), and the module's facts
-  (sensitivity, noise source, whether any seed is public).
+  contributes the same dict to ``report.json`` under ``privacy``: the only writer of both. Its
+  content (adjacency, the public dataset size N, ε under each accountant, the module's facts) is
+  formatted by :mod:`lightning_dpot.privacy.report`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import math
 import warnings
-from collections import Counter
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,56 +60,17 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_dpot.privacy.accountants import (
-    ACCOUNTANTS,
-    DEFAULT_PLD_VALUE_DISCRETIZATION,
-    DEFAULT_RDP_ORDERS,
-    PrivacyAccountant,
-    make_accountant,
-)
-from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.privacy.accountants import PrivacyAccountant, make_accountant
+from lightning_dpot.privacy.analysis.epsilon import ACCOUNTANTS
+from lightning_dpot.privacy.contract import ReleasesPrivateData, look_ahead_step, require_private
 from lightning_dpot.privacy.events import GaussianRelease, PrivacyEvent, SubsampledGaussianStep
 from lightning_dpot.privacy.gaussian import gaussian_epsilon
+from lightning_dpot.privacy.report import privacy_report, write_privacy_report
 from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive_int
-
-DATASET_SIZE_ASSUMPTION = (
-    "the dataset size N is public: the sample rate q, the batch sizes and the checkpoints "
-    "reveal it; the guarantee covers the records, not their number (SPEC §10)"
-)
 
 
 class PrivacyBudgetExceededError(RuntimeError):
     """Raised before an optimizer step that would take ε past the target."""
-
-
-def _private_module(pl_module: L.LightningModule) -> ReleasesPrivateData:
-    name = type(pl_module).__name__
-    if not isinstance(pl_module, ReleasesPrivateData):
-        raise TypeError(
-            f"{name} does not subclass lightning_dpot.privacy.contract.ReleasesPrivateData: "
-            "PrivacyAccountantCallback composes the events of the module's release objects, "
-            "which the module names in privacy_releases()"
-        )
-    if not pl_module.is_private:
-        raise ValueError(
-            f"{name} is not private (its release objects add no noise), so there is no "
-            "(epsilon, delta) guarantee to account. Remove PrivacyAccountantCallback or "
-            "configure the module with noise"
-        )
-    return pl_module
-
-
-def _step_of(events: Sequence[PrivacyEvent], name: str) -> SubsampledGaussianStep | None:
-    """The one (σ, q) step a batch emits (``None``: batches emit nothing)."""
-    distinct = set(events)
-    if not distinct:
-        return None
-    if len(distinct) > 1 or not isinstance(next(iter(distinct)), SubsampledGaussianStep):
-        raise ValueError(
-            f"{name}.next_step_events() must be identical SubsampledGaussianStep events for the "
-            f"budget's look-ahead, got {list(events)!r}"
-        )
-    return next(iter(distinct))
 
 
 class PrivacyAccountantCallback(Callback):
@@ -268,13 +224,10 @@ class PrivacyAccountantCallback(Callback):
         in_run, total = self._budget_total(step.noise_multiplier, step.sample_rate)
         return total - in_run
 
-    def _next_step(self, pl_module: ReleasesPrivateData) -> SubsampledGaussianStep | None:
-        return _step_of(pl_module.next_step_events(), type(pl_module).__name__)
-
     # -- Lightning hooks ----------------------------------------------------------------------
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        module = _private_module(pl_module)
+        module = require_private(pl_module)
         if self.delta is None:
             deltas = {getattr(r, "delta", None) for r in module.privacy_releases()} - {None}
             if len(deltas) != 1:
@@ -336,7 +289,7 @@ class PrivacyAccountantCallback(Callback):
         )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        module = _private_module(pl_module)
+        module = require_private(pl_module)
         self.stopped_by_budget = False
         if not self._restored:
             self._account_earlier(trainer, module)
@@ -357,7 +310,7 @@ class PrivacyAccountantCallback(Callback):
                 f"{spent:.6g}. Training can only spend more; raise target_epsilon or start a new "
                 "run on new data"
             )
-        step = self._next_step(module)
+        step = look_ahead_step(module)
         if step is None:
             return
         remaining = self.remaining_steps(step)
@@ -388,7 +341,7 @@ class PrivacyAccountantCallback(Callback):
     ) -> None:
         if self.target_epsilon is None:
             return
-        step = self._next_step(_private_module(pl_module))
+        step = look_ahead_step(require_private(pl_module))
         if step is None or self.remaining_steps(step) >= 1:
             return
         trainer.should_stop = True
@@ -407,10 +360,10 @@ class PrivacyAccountantCallback(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        module = _private_module(pl_module)
+        module = require_private(pl_module)
         drained = self._drain(module)
         if self.target_epsilon is not None:
-            step = self._next_step(module)
+            step = look_ahead_step(module)
             if step is not None and self.remaining_steps(step) < self._events_per_step:
                 self.stopped_by_budget = True
                 trainer.should_stop = True
@@ -440,16 +393,13 @@ class PrivacyAccountantCallback(Callback):
         return self.stopped_by_budget or self.releases % every == 0
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        module = _private_module(pl_module)
+        module = require_private(pl_module)
         self._drain(module)
         self._facts = module.privacy_facts()
         # trainer.log_dir broadcasts under DDP: every rank must call it, before the rank check.
         log_dir = trainer.log_dir or trainer.default_root_dir
-        if not trainer.is_global_zero:
-            return
-        path = Path(log_dir) / self.report_filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.report(), indent=2, sort_keys=True, default=str))
+        if trainer.is_global_zero:
+            write_privacy_report(Path(log_dir) / self.report_filename, self.report())
 
     # -- checkpoint state -----------------------------------------------------------------------
 
@@ -480,69 +430,20 @@ class PrivacyAccountantCallback(Callback):
     # -- report ---------------------------------------------------------------------------------
 
     def report(self) -> dict[str, Any]:
-        """The privacy section of ``report.json`` and ``privacy_report.json`` (plain JSON).
-
-        ``releases`` counts the composed events and ``events`` them by kind; ``history`` lists
-        the subsampled runs ``[noise_multiplier, sample_rate, count]``, and ``noise_multiplier``
-        / ``sample_rate`` are ``None`` when they changed. ``epsilon`` is the driving
-        accountant's ε (the analytic Gaussian mechanism's for a one-shot release),
-        ``epsilon_<name>`` under each accountant (``None`` where it cannot analyse the scheme).
-        ``module`` holds the module's facts.
-        """
-        history = self.accountant.history
-        settings = {(sigma, q) for sigma, q, _ in history}
-        sigma, q = next(iter(settings)) if len(settings) == 1 else (None, None)
-        epsilon = self.epsilon() if self.delta is not None else None
-        if self.one_shot:
-            (event,) = self.one_shot
-            mechanism, adjacency = "gaussian, once (analytic; Balle & Wang 2018)", event.adjacency
-            sigma, epsilons = event.noise_multiplier, {"epsilon_analytic": epsilon}
-        else:
-            mechanism, adjacency = self.accountant.mechanism, self.accountant.adjacency
-            epsilons = {f"epsilon_{self.accountant.name}": epsilon}
-            for name in self.also_report:
-                other = make_accountant(name)
-                if self.delta is None or self.accountant.sampling not in other.samplings:
-                    epsilons[f"epsilon_{name}"] = None  # e.g. no PLD for sampling w/o replacement
-                    continue
-                other.load_state_dict(self.accountant.state_dict())
-                epsilons[f"epsilon_{name}"] = other.get_epsilon(self.delta)
-        try:
-            library = f"dp-accounting {version('dp-accounting')}"
-        except PackageNotFoundError:  # pragma: no cover - installed with the package
-            library = "dp-accounting"
-        kinds = Counter(type(e).__name__ for e in self.one_shot)
-        if history:
-            kinds["SubsampledGaussianStep"] = self.accountant.steps
-        return {
-            "mechanism": mechanism,
-            "adjacency": adjacency,
-            "assumptions": [DATASET_SIZE_ASSUMPTION],
-            "sampling": None if self.one_shot else self.accountant.sampling,
-            "dataset_size": self._swor_sizes[0],
-            "batch_size": self._swor_sizes[1],
-            "noise_multiplier": sigma,
-            "sample_rate": q,
-            "releases": self.releases,
-            "events": dict(kinds),
-            "history": [list(run) for run in history],
-            "delta": self.delta,
-            "target_epsilon": self.target_epsilon,
-            "accountant": "analytic" if self.one_shot else self.accountant.name,
-            "epsilon": epsilon if epsilon is None or math.isfinite(epsilon) else str(epsilon),
-            **epsilons,
-            "stopped_by_privacy_budget": self.stopped_by_budget,
-            "accountant_settings": {
-                "rdp_orders": {
-                    "min": min(DEFAULT_RDP_ORDERS),
-                    "max": max(DEFAULT_RDP_ORDERS),
-                    "count": len(DEFAULT_RDP_ORDERS),
-                },
-                "pld_value_discretization_interval": DEFAULT_PLD_VALUE_DISCRETIZATION,
-            },
-            "library": library,
-            "module": self._facts,
-        }
+        """The privacy section of ``report.json`` and ``privacy_report.json`` (plain JSON):
+        :func:`~lightning_dpot.privacy.report.privacy_report` of what was composed."""
+        return privacy_report(
+            self.accountant,
+            self.one_shot,
+            epsilon=self.epsilon() if self.delta is not None else None,
+            delta=self.delta,
+            target_epsilon=self.target_epsilon,
+            also_report=self.also_report,
+            swor_sizes=self._swor_sizes,
+            releases=self.releases,
+            stopped_by_budget=self.stopped_by_budget,
+            module_facts=self._facts,
+        )
 
     def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         """Hook of :class:`~lightning_dpot.callbacks.run_report.RunReport`."""

@@ -1,8 +1,9 @@
 """``report.json``: one file per run with the final metrics, the privacy report and the config.
 
-Any callback that defines ``report_section(trainer, pl_module) -> dict`` contributes a section
-under its ``report_key`` (e.g. the LDP report under ``privacy``), so new callbacks extend the
-report without touching this one.
+Any callback that implements :class:`ReportsSection` (``report_key`` and
+``report_section(trainer, pl_module) -> dict``) contributes a section under its ``report_key``
+(e.g. the LDP report under ``privacy``), so new callbacks extend the report without touching
+this one. A module that implements :class:`DescribesLoss` adds its loss under ``loss``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,28 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+
+
+@runtime_checkable
+class ReportsSection(Protocol):
+    """A callback that writes one section of ``report.json``."""
+
+    report_key: str
+
+    def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict | None:
+        """The section, or ``None`` when the callback has nothing to report for this run."""
+        ...
+
+
+@runtime_checkable
+class DescribesLoss(Protocol):
+    """A module that states the loss it minimises (formula, regularization, backend)."""
+
+    def loss_description(self) -> dict: ...
 
 
 def _scalar(value) -> float | None:
@@ -53,10 +73,10 @@ class RunReport(Callback):
             if (log_dir / "config.yaml").is_file()
             else None,
         }
-        if hasattr(pl_module, "loss_description"):
+        if isinstance(pl_module, DescribesLoss):
             sections["loss"] = pl_module.loss_description()
         for callback in trainer.callbacks:
-            if hasattr(callback, "report_section"):
+            if isinstance(callback, ReportsSection):
                 section = callback.report_section(trainer, pl_module)
                 # A callback with nothing to say (None) never overwrites another's section, e.g.
                 # the LDP report (no privatized data) vs. the central-DP accountant's "privacy".

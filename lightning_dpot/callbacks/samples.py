@@ -1,9 +1,10 @@
-"""Sample grids with fixed latent noise, saved as PNG and sent to the logger (SPEC §9).
+"""Sample grids with fixed randomness, saved as PNG and sent to the logger (SPEC §9).
 
-The latent codes z_1, …, z_K ~ Unif[latent_range]^latent_dim are drawn **once**, from a seeded
-``torch.Generator`` of their own (the global RNG is neither read nor advanced), and reused at
-every epoch, so the grids G_t(z_1), …, G_t(z_K) of successive epochs show how the same codes
-evolve. Sampling is post-processing of the trained generator: no privacy cost.
+Every grid is ``sample(K, generator=torch.Generator().manual_seed(seed))`` of the
+:class:`~lightning_dpot.generative.Generative` protocol: the same seed at every epoch, so a
+generator network shows the same latent codes G_t(z_1), …, G_t(z_K) evolving, and a particle
+flow its first K particles moving (the global RNG is neither read nor advanced). Sampling is
+post-processing of the trained model: no privacy cost.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from lightning_dpot.grids import images_to_grid
+from lightning_dpot.generative import draw
+from lightning_dpot.grids import ImageLogger, images_to_grid
 from lightning_dpot.privacy.validation import check_positive_int
 
 
@@ -25,15 +27,14 @@ class SampleGrid(Callback):
     latest grid) in ``trainer.log_dir``, and logs the grid as ``key`` to every logger that has
     ``log_image`` (e.g. wandb).
 
-    Works with any module that has ``latent_range``, ``generator.latent_dim`` and returns images
-    ``(K, C, H, W)`` in [−1, 1] from ``forward(z)`` (every
-    :class:`~lightning_dpot.methods.base.GeneratorModule` on image data); for non-image records
-    it warns once and does nothing.
+    Works with every method (the :class:`~lightning_dpot.generative.Generative` protocol) whose
+    records are images ``(K, C, H, W)`` in [−1, 1]; for non-image records it warns once and
+    does nothing.
 
     Args:
         num_samples: K, the number of images in the grid.
         every_n_epochs: save a grid after every n-th training epoch (and always at the end).
-        seed: seed of the generator that draws the fixed latent codes.
+        seed: seed of the draw, the same for every grid.
         nrow: images per grid row (default ⌈√K⌉).
         key: name of the logged image.
     """
@@ -51,29 +52,14 @@ class SampleGrid(Callback):
         self.seed = int(seed)
         self.nrow = None if nrow is None else check_positive_int("nrow", nrow)
         self.key = key
-        self._latent: Tensor | None = None
         self._last_saved_step: int | None = None
         self._disabled = False
 
-    def fixed_latent(self, pl_module: L.LightningModule) -> Tensor:
-        """The K fixed latent codes (drawn once, on the CPU, from the callback's own seed)."""
-        if self._latent is None:
-            low, high = pl_module.latent_range
-            generator = torch.Generator().manual_seed(self.seed)
-            u = torch.rand(self.num_samples, pl_module.generator.latent_dim, generator=generator)
-            self._latent = low + (high - low) * u
-        return self._latent
-
-    @torch.no_grad()
     def generate(self, pl_module: L.LightningModule) -> Tensor:
-        """G(z_k) for the fixed codes, in eval mode (training mode restored afterwards)."""
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            images = pl_module(self.fixed_latent(pl_module).to(pl_module.device))
-        finally:
-            pl_module.train(was_training)
-        return images.detach().cpu()
+        """The K samples of the fixed seed (the module's train/eval mode is kept)."""
+        generator = torch.Generator().manual_seed(self.seed)
+        images, _ = draw(pl_module, self.num_samples, generator=generator)
+        return images
 
     def save_grid(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> Path | None:
         """Write ``samples_{tag}.png`` and ``samples.png``; log the grid. Rank 0 only."""
@@ -98,7 +84,7 @@ class SampleGrid(Callback):
         save_image(grid, path)
         save_image(grid, log_dir / "samples.png")
         for logger in trainer.loggers:
-            if hasattr(logger, "log_image"):
+            if isinstance(logger, ImageLogger):
                 logger.log_image(key=self.key, images=[grid], step=trainer.global_step)
         self._last_saved_step = trainer.global_step
         return path

@@ -174,18 +174,15 @@ def _add_wdp_sgm(sub: argparse._SubParsersAction) -> None:
 
 
 def _sgm(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.accountants import (
-        ADJACENCY,
-        MECHANISM,
-        sgm_epsilon,
-        sgm_max_steps,
-        sgm_min_noise_multiplier,
-    )
+    from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
+    from lightning_dpot.privacy.analysis.schemes import POISSON, SAMPLINGS
+    from lightning_dpot.privacy.calibration import max_steps, min_noise_multiplier
 
+    mechanism, adjacency = SAMPLINGS[POISSON]
     result: dict = {
         "guarantee": "(ε, δ)-DP of T Poisson-subsampled Gaussian steps, add/remove-one adjacency",
-        "mechanism": MECHANISM,
-        "adjacency": ADJACENCY,
+        "mechanism": mechanism,
+        "adjacency": adjacency,
         "sample_rate": args.sample_rate,
         "delta": args.delta,
     }
@@ -193,10 +190,10 @@ def _sgm(args: argparse.Namespace) -> dict:
     if target is not None:
         result.update(target_epsilon=target, accountant=args.accountant)
     if sigma is not None and steps is None and target is not None:
-        steps = sgm_max_steps(sigma, args.sample_rate, target, args.delta, args.accountant)
+        steps = max_steps(sigma, args.sample_rate, target, args.delta, args.accountant)
     elif sigma is None and steps is not None and target is not None:
-        sigma = sgm_min_noise_multiplier(
-            args.sample_rate, steps, target, args.delta, args.accountant, args.tolerance
+        sigma = min_noise_multiplier(
+            args.sample_rate, steps, target, args.delta, args.accountant, tolerance=args.tolerance
         )
         result["tolerance"] = args.tolerance
     elif sigma is None or steps is None:
@@ -206,7 +203,9 @@ def _sgm(args: argparse.Namespace) -> dict:
         )
     result.update(noise_multiplier=sigma, steps=steps)
     for name in ("rdp", "pld"):
-        result[f"epsilon_{name}"] = sgm_epsilon(sigma, args.sample_rate, steps, args.delta, name)
+        result[f"epsilon_{name}"] = subsampled_gaussian_epsilon(
+            sigma, args.sample_rate, steps, args.delta, name
+        )
     if target is not None:
         result["within_target"] = result[f"epsilon_{args.accountant}"] <= target
     return result

@@ -21,7 +21,6 @@ decoder weights) and must not read or release private records.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ __all__ = [
     "load_datamodule",
     "load_model",
     "materialize_placeholder_buffers",
-    "sample_model",
 ]
 
 
@@ -58,10 +56,11 @@ def find_run_config(ckpt: str | Path) -> Path:
 
 
 def _read_yaml(path: str | Path) -> Any:
-    import yaml
+    """A config file with its ``__base__`` fragments merged (:func:`~lightning_dpot.cli.
+    compose_config`), as ``dpot fit`` reads it."""
+    from lightning_dpot.cli import compose_config
 
-    with open(path) as fh:
-        return yaml.safe_load(fh)
+    return compose_config(path)
 
 
 def load_datamodule(config_path: str | Path) -> Any:
@@ -135,15 +134,3 @@ def load_model(
         attach(load_datamodule(config_path))
     model.eval()
     return model, config_path
-
-
-def sample_model(model: Any, n: int, batch_size: int | None = None) -> Tensor:
-    """``model.sample(n)``, passing ``batch_size`` only to samplers that take it (generators
-    batch their forward passes; a particle flow returns its first ``n`` particles)."""
-    sample = model.sample
-    if batch_size is not None:
-        params = inspect.signature(sample).parameters
-        takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        if "batch_size" in params or takes_kwargs:
-            return sample(n, batch_size=batch_size)
-    return sample(n)

@@ -9,8 +9,9 @@ The model is rebuilt from the run's ``config.yaml`` with
 flows get their particles and release back from the checkpoint and their decoder through
 ``attach_datamodule``, without any mechanism call), and the
 reference data are the **raw held-out split** of the run's data section (or ``--data-config``),
-read from its ``source`` without privatizing anything. N samples are generated once (labelled
-when the method is class-conditional, ``sample_labeled(n) -> (x, y)``) and shared by all metrics.
+read from its ``source`` without privatizing anything. N samples are drawn once through
+:class:`~lightning_dpot.generative.Generative` (labelled when the method is class-conditional)
+and shared by all metrics.
 The result is printed as JSON and appended to the list ``"evaluate"`` of the run's
 ``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no-report`` skips).
 
@@ -19,10 +20,10 @@ Reference rows use ``--samples`` instead of ``--ckpt`` (``--data-config`` requir
 LDP release the run trains on, mapped back to records; no labels are released) or a tensor file
 (``torch.save`` of ``(N, ...)`` or of a dict with ``x`` and optionally ``y``).
 
-Metric definitions (formulas in :mod:`lightning_dpot.callbacks.evaluation` and
-:mod:`lightning_dpot.metrics`): ``fid`` is FID only with ``--feature-extractor inception``
-(standard InceptionV3 weights); with ``classifier`` it is the classifier-feature Fréchet
-distance, reported under the key ``fd_classifier`` and never as FID.
+Metrics are the evaluators of :mod:`lightning_dpot.metrics.evaluators` (the objects the
+evaluation callbacks use; formulas there): ``fid`` is FID only with
+``--feature-extractor inception`` (standard InceptionV3 weights); with ``classifier`` it is the
+classifier-feature Fréchet distance, reported under the key ``fd_classifier``, never as FID.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ import torch
 from torch import Tensor
 
 from lightning_dpot.commands.checkpoint import load_datamodule
+from lightning_dpot.data.protocols import LocalDPRelease, held_out_split, satisfies
+from lightning_dpot.generative import draw
+from lightning_dpot.metrics.evaluators import FrechetEvaluator, UtilityEvaluator, W2Evaluator
+from lightning_dpot.metrics.utility import FULL, QUICK, UnlabelledSamplesError
 from lightning_dpot.privacy.validation import check_positive_int
 
 DESCRIPTION = "FID / classifier FD, downstream utility and W2 of a checkpoint (prints JSON)"
@@ -55,13 +60,13 @@ def parse_metrics(text: str) -> list[str]:
 
 def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | None, str]:
     """``raw-train`` or ``privatized`` records of a datamodule, with labels where known."""
-    source = getattr(datamodule, "source", None)
+    source = getattr(datamodule, "source", None)  # None: a datamodule read from a release file
     if which == "raw-train":
         if source is None:
             raise ValueError("--samples raw-train needs a datamodule with a data source")
         splits = source.load()
         return splits.train, splits.train_labels, "raw training split (reference row)"
-    if not hasattr(datamodule, "release"):
+    if not satisfies(datamodule, LocalDPRelease):
         raise ValueError(
             f"--samples privatized needs a PrivatizedDataModule, got {type(datamodule).__name__}"
         )
@@ -88,55 +93,8 @@ def load_sample_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
     )
 
 
-def frechet(
-    fake: Tensor,
-    reference: Tensor,
-    reference_labels: Tensor | None,
-    feature_extractor: str,
-    weights_path: str | None,
-    classifier_path: str | None,
-    device: torch.device,
-    cache_dir: str | Path = ".dpot_cache",
-    batch_size: int = 500,
-) -> dict:
-    """FID (``inception``) or classifier FD (``classifier``) of ``fake`` vs ``reference``."""
-    from lightning_dpot.callbacks.evaluation import default_classifier_path
-    from lightning_dpot.metrics.fid import ClassifierFrechetDistance, InceptionFID
-
-    if feature_extractor == "inception":
-        metric: Any = InceptionFID(weights_path)
-        key = "fid"
-        extractor = f"InceptionV3 (torch-fidelity FID weights, {weights_path or 'hub cache'})"
-    else:
-        path = Path(classifier_path or default_classifier_path(reference, cache_dir))
-        if not path.is_file() and reference_labels is None:
-            raise ValueError(
-                f"classifier_path={str(path)!r} does not exist and the held-out split has no "
-                "labels to train the feature classifier on"
-            )
-        metric = ClassifierFrechetDistance.from_classifier_file(
-            path, reference, reference_labels, train_kwargs={"epochs": 5, "seed": 0}
-        )
-        key = "fd_classifier"
-        extractor = f"FeatureClassifier penultimate layer ({path}); not FID"
-    metric = metric.to(device)
-    for side, images in ((True, reference), (False, fake)):
-        for start in range(0, images.shape[0], batch_size):
-            metric.update(images[start : start + batch_size].to(device), real=side)
-    return {
-        key: float(metric.compute()),
-        "feature_extractor": extractor,
-        "num_generated": int(fake.shape[0]),
-        "num_real": int(reference.shape[0]),
-    }
-
-
 def evaluate(args: argparse.Namespace) -> dict:
     """Compute the requested metrics; returns the JSON record (also written to the report)."""
-    from lightning_dpot.callbacks.evaluation import generate_samples, held_out_split
-    from lightning_dpot.metrics.utility import UnlabelledSamplesError, downstream_utility
-    from lightning_dpot.metrics.w2 import subsampled_w2
-
     metrics = parse_metrics(args.metrics)
     num_samples = check_positive_int("num_samples", args.num_samples)
     if args.feature_extractor not in ("inception", "classifier"):
@@ -151,10 +109,13 @@ def evaluate(args: argparse.Namespace) -> dict:
     device = torch.device(
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
-    if "fid" in metrics and args.feature_extractor == "inception":
-        from lightning_dpot.metrics.fid import resolve_inception_weights
-
-        resolve_inception_weights(args.feature_extractor_weights_path)  # fail before sampling
+    frechet = None
+    if "fid" in metrics:  # built first: Inception fails here, before sampling, without weights
+        frechet = FrechetEvaluator(
+            args.feature_extractor,
+            args.feature_extractor_weights_path,
+            args.classifier_path,
+        )
 
     record: dict[str, Any] = {"metrics_requested": metrics}
     model = None
@@ -173,10 +134,10 @@ def evaluate(args: argparse.Namespace) -> dict:
     datamodule = load_datamodule(data_config)
     reference, reference_labels = held_out_split(datamodule)
 
-    torch.manual_seed(args.seed)
     start = time.perf_counter()
     if model is not None:
-        x, y = generate_samples(model, num_samples, labelled="utility" in metrics)
+        generator = torch.Generator().manual_seed(args.seed)
+        x, y = draw(model, num_samples, labelled="utility" in metrics, generator=generator)
         record["samples"] = f"generated by {type(model).__name__}"
     elif args.samples in SAMPLE_SOURCES:
         x, y, record["samples"] = reference_samples(datamodule, args.samples)
@@ -194,28 +155,24 @@ def evaluate(args: argparse.Namespace) -> dict:
     for name in metrics:
         start = time.perf_counter()
         if name == "fid":
-            section = frechet(
-                x,
+            assert frechet is not None
+            frechet.set_reference(
                 reference.float(),
                 reference_labels,
-                args.feature_extractor,
-                args.feature_extractor_weights_path,
-                args.classifier_path,
-                device,
-                getattr(datamodule, "cache_dir", ".dpot_cache"),
+                cache_dir=getattr(datamodule, "cache_dir", ".dpot_cache"),
+                device=device,
             )
-            results["fid" if args.feature_extractor == "inception" else "fd_classifier"] = section
+            section = {
+                **frechet.score(x),
+                **frechet.describe(),
+                "num_generated": int(x.shape[0]),
+            }
+            results[frechet.key] = section
         elif name == "utility":
+            settings = QUICK if args.utility_mode == "quick" else FULL
             try:
-                accuracies = downstream_utility(
-                    x,
-                    y,
-                    reference,
-                    reference_labels,
-                    quick=args.utility_mode == "quick",
-                    seed=args.seed,
-                    device=device,
-                )
+                utility = UtilityEvaluator(seed=args.seed, device=device)
+                accuracies = utility.score(x, y, reference, reference_labels, settings)
                 results["utility"] = {**accuracies, "mode": args.utility_mode}
             except UnlabelledSamplesError as err:
                 reason = str(err)
@@ -227,14 +184,11 @@ def evaluate(args: argparse.Namespace) -> dict:
                 print(f"dpot evaluate: utility skipped: {reason}", file=sys.stderr)
                 results["utility"] = {"skipped": reason}
         else:
-            m = min(args.w2_subsample, x.shape[0], reference.shape[0])
-            mean, stderr = subsampled_w2(
-                x, reference, m, args.w2_repeats, torch.Generator().manual_seed(args.seed)
-            )
+            w2 = W2Evaluator(args.w2_subsample, args.w2_repeats, args.seed).score(x, reference)
             results["w2"] = {
-                "w2": mean,
-                "w2_stderr": stderr,
-                "subsample": m,
+                "w2": w2["w2"],
+                "w2_stderr": w2["w2_stderr"],
+                "subsample": w2["w2_subsample"],
                 "repeats": args.w2_repeats,
                 "reference": "raw held-out split",
             }

@@ -21,12 +21,8 @@ from pathlib import Path
 
 import torch
 
-from lightning_dpot.commands.checkpoint import (
-    find_run_config,
-    instantiate,
-    load_model,
-    sample_model,
-)
+from lightning_dpot.commands.checkpoint import find_run_config, instantiate, load_model
+from lightning_dpot.generative import require_generative
 from lightning_dpot.privacy.validation import check_positive_int
 
 __all__ = ["build_parser", "find_run_config", "instantiate", "load_model", "main", "run"]
@@ -41,8 +37,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--grid", help="PNG file for a grid of the first --grid-size samples")
     parser.add_argument("--grid-size", type=int, default=64, help="images in the grid")
     parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt)")
-    parser.add_argument("--seed", type=int, help="seed torch's RNG for reproducible samples")
-    parser.add_argument("--batch-size", type=int, default=10_000, help="generation batch size")
+    parser.add_argument("--seed", type=int, help="seed of the draw, for reproducible samples")
     return parser
 
 
@@ -53,14 +48,12 @@ def run(args: argparse.Namespace) -> dict:
     from lightning_dpot.grids import images_to_grid
 
     num = check_positive_int("num", args.num)
-    batch_size = check_positive_int("batch_size", args.batch_size)
     grid_size = check_positive_int("grid_size", args.grid_size)
     if args.output is None and args.grid is None:
         raise ValueError("give --output (tensor file) and/or --grid (PNG file)")
     model, config_path = load_model(args.ckpt, args.config)
-    if args.seed is not None:
-        torch.manual_seed(args.seed)
-    samples = sample_model(model, num, batch_size=batch_size)
+    generator = None if args.seed is None else torch.Generator().manual_seed(args.seed)
+    samples = require_generative(model).sample(num, generator=generator)
     summary: dict = {
         "checkpoint": str(args.ckpt),
         "config": str(config_path),

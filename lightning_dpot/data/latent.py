@@ -20,7 +20,7 @@
     The module draws it itself at its ``global_step`` (the loader then only yields step
     numbers); ``steps_per_epoch`` defaults to ``max(1, round(n/b))``. This is the sampling of
     the replace-one accounting of
-    :func:`~lightning_dpot.privacy.accountants.swor_gaussian_epsilon` (Wang, Balle,
+    :func:`~lightning_dpot.privacy.analysis.epsilon.subsampled_gaussian_epsilon` (Wang, Balle,
     Kasiviswanathan 2019): a fixed batch size makes the number of released rows public.
 
   The amplification by subsampling assumes the drawn subsets stay hidden, so by default
@@ -102,6 +102,7 @@ class PublicSplitDataModule(L.LightningDataModule):
         self.split: PublicPrivateSplit | None = None
         self.public_records: Tensor | None = None
         self.test_records: Tensor | None = None
+        self.test_labels: Tensor | None = None
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -122,7 +123,7 @@ class PublicSplitDataModule(L.LightningDataModule):
                 split.save(path)
         self.split = split
         self.public_records = splits.train[torch.tensor(split.public, dtype=torch.long)]
-        self.test_records = splits.test
+        self.test_records, self.test_labels = splits.test, splits.test_labels
         del splits  # the private records are not kept by stage 1
 
     def train_dataloader(self) -> DataLoader:
@@ -240,6 +241,7 @@ class PrivateLatentDataModule(L.LightningDataModule):
         self.split: PublicPrivateSplit | None = None
         self.latents: Tensor | None = None
         self.test_records: Tensor | None = None
+        self.test_labels: Tensor | None = None
         if self.autoencoder is not None:
             self.autoencoder.requires_grad_(False)
 
@@ -338,7 +340,7 @@ class PrivateLatentDataModule(L.LightningDataModule):
         if self.latents is not None:
             return
         splits = self.source.load()
-        self.test_records = splits.test
+        self.test_records, self.test_labels = splits.test, splits.test_labels
         if self.autoencoder is None:
             self.latents = self.encode(splits.train)
             return

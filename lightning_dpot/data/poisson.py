@@ -5,8 +5,8 @@ probability ``sample_rate`` q: the batch size is Binomial(N, q), and an empty ba
 possible, legitimate outcome that still counts as a step (the module still adds its noise and
 steps). The number of steps per epoch is fixed in advance (default ``round(1/q)``, one expected
 pass) and never depends on the data. This is exactly the subsampling of
-:mod:`lightning_dpot.privacy.accountants` (Abadi et al. 2016; Mironov, Talwar, Zhang 2019):
-a fixed-size batch, shuffling, or ``drop_last`` would need a different analysis.
+:mod:`lightning_dpot.privacy.analysis.rdp_poisson` (Abadi et al. 2016; Mironov, Talwar, Zhang
+2019): a fixed-size batch, shuffling, or ``drop_last`` would need a different analysis.
 
 Privacy implications
 --------------------

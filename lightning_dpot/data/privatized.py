@@ -155,7 +155,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         self.release: Tensor | None = None
         self._fingerprint: dict[str, Any] | None = None
         self.metadata: dict | None = None
-        self.test_data: Tensor | None = None
+        self.test_records: Tensor | None = None
         self.test_labels: Tensor | None = None
         if self.release_path is None:
             assert source is not None
@@ -298,7 +298,7 @@ class PrivatizedDataModule(L.LightningDataModule):
                 "cache_dir to privatize a different dataset deliberately"
             )
         self.release, self.metadata = release.data, release.metadata
-        self.test_data, self.test_labels = splits.test, splits.test_labels
+        self.test_records, self.test_labels = splits.test, splits.test_labels
         del splits  # raw training records are not retained
         self._apply_denoise()
 
@@ -365,7 +365,7 @@ class PrivatizedDataModule(L.LightningDataModule):
 
     def _load_test_split(self) -> None:
         splits = self.source.load()  # type: ignore[union-attr]
-        self.test_data, self.test_labels = splits.test, splits.test_labels
+        self.test_records, self.test_labels = splits.test, splits.test_labels
 
     def write_release(self, path: str | Path) -> Path:
         """Privatize (or reuse the cached release) and write it to ``path`` for a trainer."""
@@ -452,6 +452,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         training (paper 001, Remark 1; post-processing)."""
         mech = self.mechanism
         return {
+            "notion": "local",
             "kind": "local differential privacy (one release per record, post-processed)",
             "mechanism": mech.name,
             "epsilon": mech.epsilon,

@@ -21,13 +21,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_dpot.data.protocols import PublicData, require_data
 from lightning_dpot.data.split import SPLIT_CHECKPOINT_KEY
+from lightning_dpot.generative import Generative
 from lightning_dpot.nn.autoencoder import Autoencoder
 
 __all__ = ["AutoencoderModule"]
 
 
-class AutoencoderModule(L.LightningModule):
+class AutoencoderModule(L.LightningModule, Generative):
     """Trains ``autoencoder`` on the public split (module docstring).
 
     Args:
@@ -62,11 +64,8 @@ class AutoencoderModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
-        if datamodule is not None and not hasattr(datamodule, "public_records"):
-            raise TypeError(
-                "AutoencoderModule must be trained on a PublicSplitDataModule (public split "
-                f"only), got {type(datamodule).__name__}"
-            )
+        if datamodule is not None:
+            require_data(datamodule, PublicData, "AutoencoderModule (public split only)")
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss = self.reconstruction_loss(batch[0])
@@ -83,8 +82,9 @@ class AutoencoderModule(L.LightningModule):
             checkpoint[SPLIT_CHECKPOINT_KEY] = split.to_dict()
 
     @torch.no_grad()
-    def sample(self, n: int) -> Tensor:
+    def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
         """Decoded random points of the latent sphere (a sanity view of the decoder, not a
         generative model)."""
-        z = torch.randn(n, self.latent_dim, device=self.device)
+        device = self.device if generator is None else generator.device
+        z = torch.randn((n, self.latent_dim), generator=generator, device=device).to(self.device)
         return self.autoencoder.decode(z / z.norm(dim=1, keepdim=True)).cpu()

@@ -20,6 +20,8 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from lightning_dpot.data.protocols import LocalDPRelease, require_data
+from lightning_dpot.generative import Generative
 from lightning_dpot.ot.sinkhorn import SinkhornInfo
 
 
@@ -33,7 +35,7 @@ def log_sinkhorn_info(module: L.LightningModule, info: SinkhornInfo | None) -> N
     module.log("sinkhorn/converged", float(info.converged), sync_dist=True)
 
 
-class GeneratorModule(L.LightningModule):
+class GeneratorModule(L.LightningModule, Generative):
     """Trains ``generator`` by minimizing an OT loss to the (privatized) training data.
 
     Args:
@@ -76,23 +78,34 @@ class GeneratorModule(L.LightningModule):
         return self.loss_fn(fake, real)
 
     # -- generation -------------------------------------------------------------------------
-    def sample_latent(self, n: int) -> Tensor:
+    def sample_latent(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """z ~ Unif[latent_range]^latent_dim on the module's device, drawn from ``generator``
+        (on its own device) when given, else from the global RNG."""
         low, high = self.latent_range
-        z = torch.rand(n, self.generator.latent_dim, device=self.device)
+        if generator is None:
+            z = torch.rand(n, self.generator.latent_dim, device=self.device)
+        else:
+            shape = (n, self.generator.latent_dim)
+            z = torch.rand(shape, generator=generator, device=generator.device).to(self.device)
         return low + (high - low) * z
 
     def forward(self, z: Tensor) -> Tensor:
         return self.generator(z)
 
     @torch.no_grad()
-    def sample(self, n: int, batch_size: int = 10_000) -> Tensor:
-        """``n`` generated records on the CPU (post-processing: no privacy cost)."""
+    def sample(
+        self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
+    ) -> Tensor:
+        """``n`` records G(z) on the CPU, in eval mode (post-processing: no privacy cost)."""
         was_training = self.training
         self.eval()
-        out = [
-            self(self.sample_latent(min(batch_size, n - i))).cpu() for i in range(0, n, batch_size)
-        ]
-        self.train(was_training)
+        try:
+            out = [
+                self(self.sample_latent(min(batch_size, n - i), generator)).cpu()
+                for i in range(0, n, batch_size)
+            ]
+        finally:
+            self.train(was_training)
         return torch.cat(out) if out else torch.empty(0)
 
     # -- Lightning --------------------------------------------------------------------------
@@ -100,6 +113,7 @@ class GeneratorModule(L.LightningModule):
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
             return
+        require_data(datamodule, LocalDPRelease, type(self).__name__)
         self.transform = datamodule.transform
         shape = tuple(datamodule.sample_shape)
         with torch.no_grad():

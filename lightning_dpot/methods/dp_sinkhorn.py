@@ -48,17 +48,26 @@ Non-private reference (ε = ∞, paper Table 1 "Non-priv Sinkhorn"): ``noise_mul
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from lightning_dpot.data.poisson import PoissonBatchSampler
+from lightning_dpot.data.protocols import CentralPrivateData, require_data
 from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
-from lightning_dpot.privacy.contract import ReleasesPrivateData, warn_if_unaccounted
+from lightning_dpot.privacy.analysis.epsilon import check_accountant
+from lightning_dpot.privacy.calibration import min_noise_multiplier
+from lightning_dpot.privacy.contract import (
+    ReleasesPrivateData,
+    planned_releases,
+    warn_if_unaccounted,
+)
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.validation import (
+    check_delta,
+    check_epsilon,
     check_nonnegative,
     check_positive,
     check_positive_int,
@@ -74,7 +83,13 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         generator: ``(z, labels) → images`` (e.g. :class:`~lightning_dpot.nn.dcgan.
             ConditionalDCGANGenerator`, paper D.3) when ``conditional``, else ``z → images``.
         noise_multiplier: σ (paper 1.5 MNIST, 1.9 Fashion-MNIST/CelebA); ``None`` or 0 for the
-            non-private reference.
+            non-private reference (or with ``target_epsilon``, which calibrates it).
+        target_epsilon: calibrate σ at setup: the smallest σ whose ε after the run's planned
+            steps (``trainer.max_steps`` or ``max_epochs`` × steps per epoch) at rate q is ≤ this
+            (:func:`~lightning_dpot.privacy.calibration.min_noise_multiplier`); needs ``delta``
+            and ``noise_multiplier=None``.
+        delta: δ of the guarantee (the accountant reads it from the sanitizer).
+        accountant: ``"rdp"`` or ``"pld"``, for the calibration.
         clip_norm: Δ > 0, Frobenius clip of the cross block and of the debias block (paper 0.5).
         debias_fraction: p ∈ [0, 1] (paper 0.4; official code 0.2).
         l1_weight: m ≥ 0 of the cost ‖x−y‖₂² + m‖x−y‖₁ (paper 1 MNIST, 3 Fashion-MNIST).
@@ -95,6 +110,9 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         self,
         generator: nn.Module,
         noise_multiplier: float | None = 1.5,
+        target_epsilon: float | None = None,
+        delta: float | None = None,
+        accountant: Literal["rdp", "pld"] = "rdp",
         clip_norm: float = 0.5,
         debias_fraction: float = 0.4,
         l1_weight: float = 1.0,
@@ -117,8 +135,20 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             if noise_multiplier is None
             else check_nonnegative("noise_multiplier", noise_multiplier)
         )
-        self.private = sigma > 0
+        if target_epsilon is not None:
+            if sigma > 0:
+                raise ValueError(
+                    f"target_epsilon={target_epsilon!r} calibrates the noise multiplier: set "
+                    f"noise_multiplier to null, got {noise_multiplier!r}"
+                )
+            if delta is None:
+                raise ValueError("target_epsilon needs delta, the δ of the (ε, δ) target")
+            check_epsilon(target_epsilon, "target_epsilon")
+        self.target_epsilon = target_epsilon
+        self.accountant = check_accountant(accountant)
+        self.private = sigma > 0 or target_epsilon is not None
         self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed, secure_rng)
+        self.sanitizer.delta = None if delta is None else check_delta(delta)
         debias_rows(1, debias_fraction)  # validates p
         self.debias_fraction = float(debias_fraction)
         self.l1_weight = check_nonnegative("l1_weight", l1_weight)
@@ -141,6 +171,23 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
     def privacy_releases(self) -> list[GradientSanitizer]:
         return [self.sanitizer]
 
+    @property
+    def is_private(self) -> bool:
+        """Noise is added (σ > 0, or σ still to be calibrated from ``target_epsilon``)."""
+        return self.private
+
+    def _calibrate(self, datamodule: Any) -> None:
+        """σ from ``target_epsilon`` over the planned steps at the sanitizer's rate q."""
+        assert self.target_epsilon is not None and self.sanitizer.sample_rate is not None
+        steps = planned_releases(self.trainer, int(datamodule.steps_per_epoch))
+        self.sanitizer.noise_multiplier = min_noise_multiplier(
+            self.sanitizer.sample_rate,
+            steps,
+            self.target_epsilon,
+            self.sanitizer.delta,
+            self.accountant,
+        )
+
     def privacy_context(self) -> dict[str, Any]:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         public = getattr(datamodule, "seed", None) is not None
@@ -157,10 +204,14 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         self.sanitizer.events.load_state_dict(checkpoint["privacy_releases"])
 
     # -- generation -----------------------------------------------------------------------------
-    def sample_labels(self, n: int) -> Tensor:
-        """l_i ~ Unif{0, …, L−1} (Algorithm 1), on the module's device."""
+    def sample_labels(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """l_i ~ Unif{0, …, L−1} (Algorithm 1), on the module's device, drawn from
+        ``generator`` (on its own device) when given."""
         assert self.num_classes is not None
-        return torch.randint(self.num_classes, (n,), device=self.device)
+        if generator is None:
+            return torch.randint(self.num_classes, (n,), device=self.device)
+        labels = torch.randint(self.num_classes, (n,), generator=generator, device=generator.device)
+        return labels.to(self.device)
 
     def balanced_labels(self, n: int) -> Tensor:
         """Labels ``⌊i·L/n⌋``, i < n: contiguous equal blocks, one per class (grid rows)."""
@@ -179,22 +230,26 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         return self.generator(z, labels.to(z.device))
 
     @torch.no_grad()
-    def sample_labeled(self, n: int, batch_size: int = 10_000) -> tuple[Tensor, Tensor]:
+    def sample_labeled(
+        self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
+    ) -> tuple[Tensor, Tensor]:
         """``n`` images with uniform random labels, on the CPU (post-processing, no privacy
         cost), for downstream-utility evaluation (paper 002 App. D.2)."""
         if not self.conditional:
-            raise ValueError("sample_labeled needs conditional=True")
+            return super().sample_labeled(n, generator=generator)
         if self.num_classes is None:
             self.num_classes = int(self.generator.num_classes)
         was_training = self.training
         self.eval()
         images, labels = [], []
-        for i in range(0, n, batch_size):
-            k = min(batch_size, n - i)
-            lab = self.sample_labels(k)
-            images.append(self(self.sample_latent(k), lab).cpu())
-            labels.append(lab.cpu())
-        self.train(was_training)
+        try:
+            for i in range(0, n, batch_size):
+                k = min(batch_size, n - i)
+                lab = self.sample_labels(k, generator)
+                images.append(self(self.sample_latent(k, generator), lab).cpu())
+                labels.append(lab.cpu())
+        finally:
+            self.train(was_training)
         return torch.cat(images), torch.cat(labels)
 
     # -- Lightning ------------------------------------------------------------------------------
@@ -202,13 +257,8 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
             return
+        require_data(datamodule, CentralPrivateData, type(self).__name__)
         datamodule.setup(stage)  # idempotent; the rate may depend on N (expected_batch_size)
-        for name in ("sample_shape", "value_range", "sample_rate", "expected_real_batch"):
-            if not hasattr(datamodule, name):
-                raise TypeError(
-                    f"DPSinkhorn needs a datamodule with {name!r} (e.g. "
-                    f"lightning_dpot.data.CentralDPDataModule), got {type(datamodule).__name__}"
-                )
         shape = tuple(datamodule.sample_shape)
         if self.conditional:
             if datamodule.num_classes is None:
@@ -241,6 +291,8 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             # Masks from a public seed are known: no amplification by sampling is claimed.
             public = getattr(datamodule, "seed", None) is not None
             self.sanitizer.sample_rate = 1.0 if public else self.sample_rate
+            if self.target_epsilon is not None:
+                self._calibrate(datamodule)
         if self.num_cross is None:
             self.num_cross = max(1, round(float(datamodule.expected_real_batch)))
         dim = 1

@@ -232,7 +232,6 @@ def downstream_utility(
     test_x: ArrayLike,
     test_y: ArrayLike,
     classifiers: Sequence[str] = CLASSIFIERS,
-    quick: bool = False,
     settings: UtilitySettings | None = None,
     num_classes: int | None = None,
     seed: int = 0,
@@ -252,8 +251,8 @@ def downstream_utility(
         test_x: real test samples, same per-sample shape as ``synthetic_x``.
         test_y: real test labels ``(n_test,)``.
         classifiers: any of ``"logreg"``, ``"mlp"``, ``"cnn"``.
-        quick: use :data:`QUICK` instead of :data:`FULL` (ignored when ``settings`` is given).
-        settings: explicit training settings, overriding ``quick``.
+        settings: training settings, :data:`FULL` (the paper's protocol, the default) or
+            :data:`QUICK`.
         num_classes: number of classes; default ``max(label) + 1`` over both label sets.
         seed: seeds the subset, hold-out split, shuffling, weight init, dropout and LogReg
             (through local generators; the caller's global RNG state is left unchanged).
@@ -274,7 +273,7 @@ def downstream_utility(
             f"classifiers must be a non-empty subset of {CLASSIFIERS}, got {tuple(classifiers)!r}"
         )
     if settings is None:
-        settings = QUICK if quick else FULL
+        settings = FULL
     x_syn = _as_tensor("synthetic_x", synthetic_x, torch.float32)
     y_syn = _as_tensor("synthetic_y", synthetic_y, torch.int64).reshape(-1)
     x_test = _as_tensor("test_x", test_x, torch.float32)

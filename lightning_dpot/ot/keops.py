@@ -12,6 +12,7 @@ load the compiled module at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -36,8 +37,11 @@ KEOPS_MISSING = (
 def keops_import_error() -> str | None:
     """``None`` when pykeops imports, else the reason it does not."""
     try:
-        import pykeops  # noqa: F401
-        from pykeops.torch import generic_logsumexp  # noqa: F401
+        # pykeops prints its CUDA notice to stdout on import: stdout is kept for the commands'
+        # JSON, so the notice goes to stderr with the other human-facing messages.
+        with contextlib.redirect_stdout(sys.stderr):
+            import pykeops  # noqa: F401
+            from pykeops.torch import generic_logsumexp  # noqa: F401
     except Exception as err:  # ImportError, or a broken build environment
         return f"{type(err).__name__}: {err}"
     return None

@@ -28,9 +28,16 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from lightning_dpot.privacy.events import EventLog, PrivacyEvent
+from lightning_dpot.privacy.events import EventLog, PrivacyEvent, SubsampledGaussianStep
 
-__all__ = ["Release", "ReleasesPrivateData", "warn_if_unaccounted"]
+__all__ = [
+    "Release",
+    "ReleasesPrivateData",
+    "look_ahead_step",
+    "planned_releases",
+    "require_private",
+    "warn_if_unaccounted",
+]
 
 
 class Release(Protocol):
@@ -101,3 +108,55 @@ def warn_if_unaccounted(module: ReleasesPrivateData) -> None:
             UserWarning,
             stacklevel=2,
         )
+
+
+def require_private(pl_module: object) -> ReleasesPrivateData:
+    """``pl_module`` as a private :class:`ReleasesPrivateData`, the accountant's precondition.
+
+    Raises:
+        TypeError: if it does not subclass :class:`ReleasesPrivateData`.
+        ValueError: if none of its release objects adds noise (nothing to account).
+    """
+    name = type(pl_module).__name__
+    if not isinstance(pl_module, ReleasesPrivateData):
+        raise TypeError(
+            f"{name} does not subclass lightning_dpot.privacy.contract.ReleasesPrivateData: "
+            "PrivacyAccountantCallback composes the events of the module's release objects, "
+            "which the module names in privacy_releases()"
+        )
+    if not pl_module.is_private:
+        raise ValueError(
+            f"{name} is not private (its release objects add no noise), so there is no "
+            "(epsilon, delta) guarantee to account. Remove PrivacyAccountantCallback or "
+            "configure the module with noise"
+        )
+    return pl_module
+
+
+def look_ahead_step(module: ReleasesPrivateData) -> SubsampledGaussianStep | None:
+    """The one (σ, q) step every batch of ``module`` emits, for the budget's look-ahead
+    (``None``: batches emit nothing). Raises ``ValueError`` unless
+    :meth:`~ReleasesPrivateData.next_step_events` are identical
+    :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` events."""
+    events = module.next_step_events()
+    distinct = set(events)
+    if not distinct:
+        return None
+    if len(distinct) > 1 or not isinstance(next(iter(distinct)), SubsampledGaussianStep):
+        raise ValueError(
+            f"{type(module).__name__}.next_step_events() must be identical "
+            f"SubsampledGaussianStep events for the budget's look-ahead, got {list(events)!r}"
+        )
+    return next(iter(distinct))
+
+
+def planned_releases(trainer: Any, steps_per_epoch: int) -> int:
+    """Training batches of the run, one release each (optimizer steps × accumulation)."""
+    if trainer.max_steps is not None and trainer.max_steps > 0:
+        return int(trainer.max_steps) * int(trainer.accumulate_grad_batches)
+    if trainer.max_epochs is None or trainer.max_epochs < 0:
+        raise ValueError(
+            "target_epsilon needs a finite training length to calibrate σ: set trainer.max_steps "
+            "or trainer.max_epochs"
+        )
+    return int(trainer.max_epochs) * steps_per_epoch

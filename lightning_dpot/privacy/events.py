@@ -23,15 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from lightning_dpot.privacy.analysis.schemes import POISSON, SAMPLINGS
 from lightning_dpot.privacy.validation import (
     check_positive,
     check_positive_int,
     check_probability,
 )
 
-POISSON = "poisson"
-WITHOUT_REPLACEMENT = "without_replacement"
-SAMPLING_SCHEMES = (POISSON, WITHOUT_REPLACEMENT)
+SAMPLING_SCHEMES = tuple(SAMPLINGS)
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class SubsampledGaussianStep:
 
     @property
     def adjacency(self) -> str:
-        return "add_or_remove_one" if self.sampling == POISSON else "replace_one"
+        return SAMPLINGS[self.sampling][1]
 
     @property
     def composed_by(self) -> str:

@@ -39,7 +39,12 @@ from torch import Tensor
 
 from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
 from lightning_dpot.privacy.secure_rng import SecretNoise, standard_normal
-from lightning_dpot.privacy.validation import check_nonnegative, check_positive, check_probability
+from lightning_dpot.privacy.validation import (
+    check_delta,
+    check_nonnegative,
+    check_positive,
+    check_probability,
+)
 
 __all__ = ["GradientSanitizer", "clip_frobenius"]
 
@@ -79,8 +84,10 @@ class GradientSanitizer:
         noise_seed: int | None = None,
         secure_rng: bool = False,
         sample_rate: float | None = None,
+        delta: float | None = None,
     ) -> None:
         self.clip_norm = check_positive("clip_norm", clip_norm)
+        self.delta = None if delta is None else check_delta(delta)
         self.noise_multiplier = check_nonnegative("noise_multiplier", noise_multiplier)
         self.noise = SecretNoise(noise_seed, secure_rng)
         self.sample_rate = (

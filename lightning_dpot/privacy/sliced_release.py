@@ -38,8 +38,8 @@ import torch
 from torch import Tensor
 
 from lightning_dpot.ot.sliced import random_directions
+from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
 from lightning_dpot.privacy.events import (
-    WITHOUT_REPLACEMENT,
     EventLog,
     GaussianRelease,
     PrivacyEvent,

@@ -21,9 +21,10 @@ from lightning_dpot.callbacks import (
     UtilityEvaluation,
     W2Evaluation,
 )
-from lightning_dpot.callbacks.evaluation import generate_samples, rank_share
 from lightning_dpot.data import Digits, PrivatizedDataModule
+from lightning_dpot.generative import draw
 from lightning_dpot.methods import EntropicWGAN
+from lightning_dpot.metrics.evaluators import rank_share
 from lightning_dpot.metrics.fid import INCEPTION_WEIGHTS_FILENAME, ClassifierFrechetDistance
 from lightning_dpot.nn import ConditionalDCGANGenerator, DCGANGenerator
 
@@ -153,7 +154,7 @@ def _ddp_fd_worker(
         state = torch.get_rng_state()
         value = callback.compute_value(model, datamodule, rank, world_size, barrier=dist.barrier)
         torch.set_rng_state(state)  # regenerate exactly this rank's samples, to check the union
-        fake, _ = generate_samples(model, rank_share(301, rank, world_size))
+        fake, _ = draw(model, rank_share(301, rank, world_size))
         gathered: list = [None] * world_size
         dist.all_gather_object(gathered, fake)
         if rank == 0:
@@ -181,7 +182,7 @@ def test_fd_callback_under_two_process_cpu_ddp_equals_single_process_on_the_unio
     result = torch.load(out, weights_only=True)
     assert result["fake"].shape[0] == 301
     single = ClassifierFrechetDistance.from_classifier_file(classifier)
-    single.update(data.test_data, real=True)
+    single.update(data.test_records, real=True)
     single.update(result["fake"], real=False)
     # float32 features of different batch compositions differ in the last bits (observed
     # ~2e-5 relative); adding the whole real split on each rank would scale Σ_r by
@@ -198,7 +199,7 @@ def test_utility_trains_on_the_labelled_samples_of_a_class_conditional_method() 
     )
     model = dp_sinkhorn.DPSinkhorn(generator, noise_multiplier=None, conditional=True)
     data = central.CentralDPDataModule(Digits(), expected_batch_size=50)
-    x, y = generate_samples(model, 200, labelled=True)
+    x, y = draw(model, 200, labelled=True)
     assert x.shape == (200, 1, 8, 8) and y is not None and y.shape == (200,)
     assert 0 <= int(y.min()) and int(y.max()) < 10
     callback = UtilityEvaluation(num_samples=200, classifiers=("logreg",))

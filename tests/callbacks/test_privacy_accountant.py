@@ -20,12 +20,9 @@ from lightning_dpot.callbacks.privacy_accountant import (
     PrivacyBudgetExceededError,
 )
 from lightning_dpot.data.poisson import poisson_dataloader
-from lightning_dpot.privacy.accountants import (
-    largest_count_within,
-    sgm_epsilon,
-    sgm_max_steps,
-    swor_gaussian_epsilon,
-)
+from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
+from lightning_dpot.privacy.calibration import largest_count_within, max_steps
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
 
@@ -157,11 +154,13 @@ def finished_run(tmp_path_factory):
 
 def test_training_stops_before_the_step_that_would_exceed_the_target(finished_run):
     trainer, module, callback, _ = finished_run
-    expected = sgm_max_steps(SIGMA, Q, TARGET, DELTA)
+    expected = max_steps(SIGMA, Q, TARGET, DELTA)
     assert expected == 31  # mid-epoch: the stop is not an epoch boundary
     assert trainer.global_step == callback.accountant.steps == len(module.seen) == expected
     assert callback.epsilon() <= TARGET < callback.accountant.epsilon_if(DELTA, SIGMA, Q)
-    assert callback.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, expected, DELTA))
+    assert callback.epsilon() == pytest.approx(
+        subsampled_gaussian_epsilon(SIGMA, Q, expected, DELTA)
+    )
     assert callback.stopped_by_budget
     assert trainer.progress_bar_metrics["epsilon"] == pytest.approx(callback.epsilon())
     assert trainer.progress_bar_metrics["delta"] == pytest.approx(DELTA)
@@ -173,7 +172,7 @@ def test_empty_poisson_batches_are_steps_and_are_accounted(tmp_path):
     module = ToyDPModule(num_records=5)  # P(empty batch) = 0.9^5 = 0.59
     make_trainer(tmp_path, [callback]).fit(module)
     assert sum(len(batch) == 0 for batch in module.seen) > 5
-    assert callback.accountant.steps == len(module.seen) == sgm_max_steps(SIGMA, Q, TARGET, DELTA)
+    assert callback.accountant.steps == len(module.seen) == max_steps(SIGMA, Q, TARGET, DELTA)
 
 
 def test_report_is_written_and_lists_every_accountant(finished_run):
@@ -188,7 +187,9 @@ def test_report_is_written_and_lists_every_accountant(finished_run):
     assert report["assumptions"] and "dataset size N is public" in report["assumptions"][0]
     assert report["module"]["releases"] == [{"releases": 31}]
     assert report["accountant"] == "rdp" and report["epsilon"] == report["epsilon_rdp"]
-    assert report["epsilon_pld"] == pytest.approx(sgm_epsilon(SIGMA, Q, 31, DELTA, "pld"))
+    assert report["epsilon_pld"] == pytest.approx(
+        subsampled_gaussian_epsilon(SIGMA, Q, 31, DELTA, "pld")
+    )
     assert report["epsilon_pld"] < report["epsilon_rdp"] <= TARGET
     assert report["stopped_by_privacy_budget"] is True
     assert callback.report_section(trainer, None) == callback.report()
@@ -234,7 +235,7 @@ def test_target_may_change_on_resume_and_counts_the_restored_steps(tmp_path, fin
     raised = PrivacyAccountantCallback(2.0, DELTA)
     trainer = make_trainer(tmp_path, [raised])
     trainer.fit(ToyDPModule(), ckpt_path=checkpoint)
-    assert trainer.global_step == raised.accountant.steps == sgm_max_steps(SIGMA, Q, 2.0, DELTA)
+    assert trainer.global_step == raised.accountant.steps == max_steps(SIGMA, Q, 2.0, DELTA)
 
     lowered = PrivacyAccountantCallback(1.0, DELTA)
     with pytest.raises(ValueError, match=r"target_epsilon=1\.0 is already exceeded"):
@@ -247,7 +248,7 @@ def test_pld_driven_run_stops_at_the_pld_budget(tmp_path):
     )
     trainer = make_trainer(tmp_path, [callback])
     trainer.fit(ToyDPModule())
-    assert trainer.global_step == sgm_max_steps(SIGMA, Q, 1.4, DELTA, "pld")
+    assert trainer.global_step == max_steps(SIGMA, Q, 1.4, DELTA, "pld")
     report = callback.report()
     assert report["epsilon"] == report["epsilon_pld"] <= 1.4 < report["epsilon_rdp"]
 
@@ -270,7 +271,7 @@ def test_state_dict_is_plain_json():
     other.load_state_dict(state)
     assert other.accountant.history == [(SIGMA, Q, 7)]
     step = SubsampledGaussianStep(SIGMA, Q)
-    assert other.remaining_steps(step) == sgm_max_steps(SIGMA, Q, 3.0, DELTA) - 7
+    assert other.remaining_steps(step) == max_steps(SIGMA, Q, 3.0, DELTA) - 7
 
 
 @pytest.mark.parametrize(
@@ -335,12 +336,15 @@ def test_without_replacement_run_stops_at_the_replace_one_budget_and_resumes(tmp
     module = SworToyModule()
     trainer = make_trainer(tmp_path, [callback])
     trainer.fit(module)
+    q = B_SWOR / N_SWOR
     expected = largest_count_within(
-        lambda k: swor_gaussian_epsilon(SIGMA, N_SWOR, B_SWOR, k, DELTA), TARGET
+        lambda k: subsampled_gaussian_epsilon(SIGMA, q, k, DELTA, sampling=WITHOUT_REPLACEMENT),
+        TARGET,
     )
     assert callback.accountant.steps == len(module.seen) == expected > 0
     assert callback.epsilon() == pytest.approx(
-        swor_gaussian_epsilon(SIGMA, N_SWOR, B_SWOR, expected, DELTA), rel=1e-9
+        subsampled_gaussian_epsilon(SIGMA, q, expected, DELTA, sampling=WITHOUT_REPLACEMENT),
+        rel=1e-9,
     )
     report = callback.report()
     assert report["sampling"] == "without_replacement" and report["adjacency"] == "replace_one"
@@ -382,7 +386,9 @@ def test_gradient_accumulation_composes_every_micro_batch_release(tmp_path):
     releases = len(module.seen)
     assert callback.releases == callback.accountant.steps == releases == module.releases_emitted()
     assert releases == 2 * trainer.global_step
-    assert callback.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, releases, DELTA))
+    assert callback.epsilon() == pytest.approx(
+        subsampled_gaussian_epsilon(SIGMA, Q, releases, DELTA)
+    )
     assert callback.epsilon() <= TARGET
 
 
@@ -427,15 +433,17 @@ def test_declared_earlier_releases_are_composed(tmp_path, ten_unaccounted_steps)
     trainer.fit(ToyDPModule(), ckpt_path=ten_unaccounted_steps)
     assert trainer.global_step == 20 and callback.releases == 20
     assert callback.report()["releases"] == 20
-    assert callback.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, 20, DELTA))
+    assert callback.epsilon() == pytest.approx(subsampled_gaussian_epsilon(SIGMA, Q, 20, DELTA))
 
 
 def test_without_a_target_the_callback_reports_and_never_stops(tmp_path):
     callback = PrivacyAccountantCallback(delta=DELTA)
     trainer = make_trainer(tmp_path, [callback], max_steps=60)
     trainer.fit(ToyDPModule())
-    assert trainer.global_step == 60 > sgm_max_steps(SIGMA, Q, TARGET, DELTA)
-    assert callback.report()["epsilon"] == pytest.approx(sgm_epsilon(SIGMA, Q, 60, DELTA))
+    assert trainer.global_step == 60 > max_steps(SIGMA, Q, TARGET, DELTA)
+    assert callback.report()["epsilon"] == pytest.approx(
+        subsampled_gaussian_epsilon(SIGMA, Q, 60, DELTA)
+    )
     assert not callback.stopped_by_budget
 
 

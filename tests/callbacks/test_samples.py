@@ -1,4 +1,4 @@
-"""SampleGrid: fixed latent codes across epochs, PNGs in the run directory, images sent to loggers
+"""SampleGrid: fixed samples across epochs, PNGs in the run directory, images sent to loggers
 that can take them, and a quiet no-op for non-image records."""
 
 from types import SimpleNamespace
@@ -39,15 +39,21 @@ def _fake_trainer(tmp_path, loggers=()):
     )
 
 
-def test_latent_codes_are_fixed_and_leave_the_global_rng_alone():
+def test_grid_samples_are_fixed_and_leave_the_global_rng_alone():
     module = _image_module()
     callback = SampleGrid(num_samples=9, seed=3)
     state = torch.get_rng_state()
-    first = callback.fixed_latent(module)
+    first = callback.generate(module)
     assert torch.equal(torch.get_rng_state(), state)
-    assert torch.equal(callback.fixed_latent(module), first)
-    assert torch.equal(SampleGrid(num_samples=9, seed=3).fixed_latent(module), first)
-    assert first.shape == (9, 4) and first.min() >= 0.0 and first.max() <= 1.0
+    assert torch.equal(callback.generate(module), first)
+    assert torch.equal(SampleGrid(num_samples=9, seed=3).generate(module), first)
+    assert not torch.equal(SampleGrid(num_samples=9, seed=4).generate(module), first)
+    # The grid is G(z) for z ~ Unif[latent_range]^latent_dim drawn from the seeded generator.
+    z = torch.rand(9, 4, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        module.eval()
+        torch.testing.assert_close(first, module(z))
+    assert first.shape == (9, 1, 8, 8)
 
 
 def test_same_generator_gives_the_same_grid_and_training_mode_is_restored():

@@ -18,7 +18,8 @@ from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.methods.dp_sinkhorn import DPSinkhorn
 from lightning_dpot.nn.dcgan import ConditionalDCGANGenerator
 from lightning_dpot.ot.dp_sinkhorn import debias_rows
-from lightning_dpot.privacy.accountants import sgm_epsilon, sgm_max_steps
+from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.calibration import max_steps
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer, clip_frobenius
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "dp_sinkhorn").glob("*.yaml"))
@@ -233,14 +234,16 @@ TARGET = 0.8  # 40 steps
 
 
 def test_callback_stops_at_the_largest_step_within_the_target(tmp_path: Path):
-    expected = sgm_max_steps(SIGMA, Q, TARGET, DELTA)
+    expected = max_steps(SIGMA, Q, TARGET, DELTA)
     assert 5 <= expected <= 60
     module = tiny_module(noise_multiplier=SIGMA)
     accountant = PrivacyAccountantCallback(TARGET, DELTA)
     trainer = tiny_trainer(tmp_path, [accountant])
     trainer.fit(module, CentralDPDataModule(TinyImages(200), sample_rate=Q))
     assert trainer.global_step == expected == accountant.accountant.steps
-    assert accountant.epsilon() <= TARGET < sgm_epsilon(SIGMA, Q, expected + 1, DELTA)
+    assert (
+        accountant.epsilon() <= TARGET < subsampled_gaussian_epsilon(SIGMA, Q, expected + 1, DELTA)
+    )
     report = json.loads((tmp_path / "privacy_report.json").read_text())
     assert report["noise_multiplier"] == SIGMA and report["sample_rate"] == Q
 
@@ -260,7 +263,7 @@ def _ddp_run(root: Path, devices: int) -> dict:
 def test_two_process_cpu_ddp_accounts_the_same_epsilon_as_one_process(tmp_path: Path):
     single = _ddp_run(tmp_path / "one", 1)
     double = _ddp_run(tmp_path / "two", 2)
-    assert double["releases"] == single["releases"] == sgm_max_steps(SIGMA, Q, TARGET, DELTA)
+    assert double["releases"] == single["releases"] == max_steps(SIGMA, Q, TARGET, DELTA)
     assert double["epsilon"] == pytest.approx(single["epsilon"], rel=0, abs=0)
     assert double["sample_rate"] == single["sample_rate"] == Q
 
@@ -274,7 +277,9 @@ def _fast_config(config: Path, root: Path, mnist_dir: Path) -> list[str]:
     and the generated batch are shrunk."""
     import yaml
 
-    data = yaml.safe_load(config.read_text())
+    from lightning_dpot.cli import compose_config
+
+    data = compose_config(config)
     source = data["data"]["init_args"]["source"]
     if source["class_path"].endswith(".MNIST"):
         source["init_args"] = {"idx_dir": str(mnist_dir), "split": "test-only", "limit": 4000}
@@ -312,7 +317,7 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
     assert facts["poisson_seed_is_public"] is False
     assert facts["releases"][0]["noise_seed_is_public"] is False
     assert report["privacy"]["epsilon"] == pytest.approx(
-        sgm_epsilon(1.5, report["privacy"]["sample_rate"], 2, 1e-5)
+        subsampled_gaussian_epsilon(1.5, report["privacy"]["sample_rate"], 2, 1e-5)
     )
     assert (tmp_path / "samples.png").is_file()
 
@@ -321,18 +326,16 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
 def test_every_dp_sinkhorn_config_parses_and_runs_two_steps(
     config: Path, tmp_path: Path, mnist_test_dir: Path, capsys
 ):
-    from lightning_dpot.cli import main
+    from lightning_dpot.cli import compose_config, main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(config), "--print_config"])
     assert exit_info.value.code in (0, None)
     assert "DPSinkhorn" in capsys.readouterr().out
-    if "CelebA" in config.read_text():
+    composed = str(compose_config(config))  # with its __base__ fragments
+    if "CelebA" in composed:
         pytest.skip("CelebA is not shipped (needs data/celeba); config parsed only")
-    if (
-        "fashion-mnist" in config.read_text()
-        and not Path("/usr/share/datasets/fashion-mnist").is_dir()
-    ):
+    if "fashion-mnist" in composed and not Path("/usr/share/datasets/fashion-mnist").is_dir():
         pytest.skip("Fashion-MNIST not found at /usr/share/datasets/fashion-mnist")
     main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
@@ -360,7 +363,7 @@ def test_a_private_run_resumes_with_its_release_count(tmp_path: Path):
     second = tiny_trainer(tmp_path / "b", [accountant], max_steps=5)
     second.fit(module, CentralDPDataModule(TinyImages(200), Q), ckpt_path=checkpoints / "last.ckpt")
     assert accountant.releases == module.releases_emitted() == 5
-    assert accountant.epsilon() == pytest.approx(sgm_epsilon(SIGMA, Q, 5, DELTA))
+    assert accountant.epsilon() == pytest.approx(subsampled_gaussian_epsilon(SIGMA, Q, 5, DELTA))
 
 
 def test_public_poisson_masks_claim_no_amplification(tmp_path: Path):
@@ -372,5 +375,5 @@ def test_public_poisson_masks_claim_no_amplification(tmp_path: Path):
         module, CentralDPDataModule(TinyImages(200), Q, seed=3)
     )
     assert module.sanitizer.event.sample_rate == 1.0
-    assert accountant.epsilon() == pytest.approx(sgm_epsilon(SIGMA, 1.0, 2, DELTA))
+    assert accountant.epsilon() == pytest.approx(subsampled_gaussian_epsilon(SIGMA, 1.0, 2, DELTA))
     assert accountant.report()["module"]["amplification_by_sampling"] is False

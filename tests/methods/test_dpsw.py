@@ -17,12 +17,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 import lightning_dpot.methods.dpsw as dpsw
 import lightning_dpot.privacy.sliced_release as sliced_release
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
-from lightning_dpot.cli import main
+from lightning_dpot.cli import compose_config, main
 from lightning_dpot.data import GaussianMixture2D, PrivateLatentDataModule
 from lightning_dpot.data.split import SplitMismatchError
 from lightning_dpot.methods import DPSWFlow, DPSWFlowR, DPSWGen
-from lightning_dpot.privacy.accountants import swor_gaussian_epsilon
+from lightning_dpot.methods.dpsw.release import STREAM_DIRECTIONS, STREAM_RELEASE
+from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
 from lightning_dpot.privacy.gaussian import gaussian_epsilon
+from lightning_dpot.privacy.secure_rng import seeded_generator
 from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
 from lightning_dpot.privacy.sliced_sensitivity import sliced_sensitivity
 
@@ -139,9 +142,16 @@ def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy, m
     sens = sliced_sensitivity(16, 2, model.release.delta_s, model.release.w_bound)
     assert all(c[0] == sigma for c in release_spy)
     assert told.noise_multiplier == pytest.approx(release_spy[0][0] / sens)
-    expected = swor_gaussian_epsilon(sigma / sens, n, b, steps, 1e-5)
+    expected = subsampled_gaussian_epsilon(
+        sigma / sens, b / n, steps, 1e-5, sampling=WITHOUT_REPLACEMENT
+    )
     assert callback.epsilon() == pytest.approx(expected, rel=1e-6)
-    assert swor_gaussian_epsilon(sigma / sens, n, b, steps // 2, 1e-5) < expected
+    assert (
+        subsampled_gaussian_epsilon(
+            sigma / sens, b / n, steps // 2, 1e-5, sampling=WITHOUT_REPLACEMENT
+        )
+        < expected
+    )
     privacy = callback.report()
     assert privacy["sampling"] == "without_replacement" and privacy["adjacency"] == "replace_one"
     assert privacy["batch_size"] == b and privacy["dataset_size"] == n
@@ -156,8 +166,8 @@ def test_dpswflowr_noise_added_matches_reported_multiplier(tmp_path):
     model = DPSWFlowR(num_particles=16, num_directions=200, noise_sigma=sigma)
     _trainer(tmp_path, 1).fit(model, _toy(batch_size=300))
     batch = model.batches.batch(0, torch.device("cpu"))
-    theta = model.release.directions(2, dpsw.seeded_generator(0, dpsw._STREAM_DIRECTIONS, 0))
-    g = dpsw.seeded_generator(0, dpsw._STREAM_RELEASE, 0, 0)
+    theta = model.release.directions(2, seeded_generator(0, STREAM_DIRECTIONS, 0))
+    g = seeded_generator(0, STREAM_RELEASE, 0, 0)
     noise = model.release(batch, theta, g) - batch @ theta.T
     sens = model.release.sensitivity(2)
     assert float(noise.std()) == pytest.approx(
@@ -323,7 +333,7 @@ def _shrink(config: dict, tmp_path: Path, mnist_dir: str, ae_dir: Path) -> dict:
 
 
 def _train_tiny_autoencoder(config_path: Path, tmp_path: Path, mnist_dir: str, ae_dir: Path):
-    config = _shrink(yaml.safe_load(config_path.read_text()), tmp_path, mnist_dir, ae_dir)
+    config = _shrink(compose_config(config_path), tmp_path, mnist_dir, ae_dir)
     cls = config["data"]["init_args"]["source"]["class_path"].rsplit(".", 1)[-1]
     config["trainer"]["enable_checkpointing"] = True
     path = tmp_path / "ae.yaml"
@@ -395,17 +405,13 @@ def test_split_check_refuses_different_records(tiny_autoencoders, mnist_test_dir
 def test_config_parses_and_runs_two_steps_on_tiny_data(
     config: Path, tmp_path, request, mnist_test_dir
 ):
-    loaded = yaml.safe_load(config.read_text())
+    loaded = compose_config(config)
     assert config.read_text().startswith("# Paper 004"), "each config cites the paper first"
     cls = loaded["data"]["init_args"]["source"]["class_path"].rsplit(".", 1)[-1]
     if cls == "CelebA":
-        from lightning.pytorch.cli import LightningCLI
+        from lightning_dpot.cli import run_lightning
 
-        cli = LightningCLI(
-            L.LightningModule, L.LightningDataModule, subclass_mode_model=True,
-            subclass_mode_data=True, run=False,
-            args=["--config", str(config), "--trainer.logger=false"],
-        )  # fmt: skip
+        cli = run_lightning(["--config", str(config), "--trainer.logger=false"], run=False)
         assert cli.model is not None and cli.datamodule is not None
         pytest.skip("CelebA is not available here: parsed and instantiated only, not run")
     if cls == "FashionMNIST" and not (FASHION_DIR / "train-images-idx3-ubyte.gz").is_file():
@@ -475,7 +481,9 @@ def test_dpswgen_accumulation_releases_every_batch_and_the_accountant_composes_e
     assert model.mechanism_calls == len(release_spy) == accountant.releases == 6
     assert len(set(drawn)) == 6  # a fresh subset per release, never one subset re-released
     multiplier = model.release.event.noise_multiplier
-    expected = swor_gaussian_epsilon(multiplier, dm.num_private, 30, 6, 1e-5)
+    expected = subsampled_gaussian_epsilon(
+        multiplier, 30 / dm.num_private, 6, 1e-5, sampling=WITHOUT_REPLACEMENT
+    )
     assert accountant.epsilon() == pytest.approx(expected, rel=1e-9)
     assert accountant.report()["releases"] == 6
 
@@ -521,7 +529,9 @@ def test_dpswgen_target_epsilon_counts_every_accumulated_release(tmp_path):
     # 4 optimizer steps of 3 batches plan 12 releases (Lightning may flush an accumulation
     # window at an epoch end, so fewer can happen); σ is calibrated for the 12.
     multiplier = model.release.event.noise_multiplier
-    planned = swor_gaussian_epsilon(multiplier, dm.num_private, 30, 12, 1e-5)
+    planned = subsampled_gaussian_epsilon(
+        multiplier, 30 / dm.num_private, 12, 1e-5, sampling=WITHOUT_REPLACEMENT
+    )
     assert planned == pytest.approx(1.0, rel=0.05) and planned <= 1.0
     assert accountant.releases <= 12 and accountant.epsilon() <= 1.0
 

@@ -13,20 +13,20 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from lightning_dpot.commands.account import build_parser
-from lightning_dpot.privacy.accountants import (
+from lightning_dpot.privacy.accountants import PLDAccountant, RDPAccountant, make_accountant
+from lightning_dpot.privacy.analysis.epsilon import epsilon_of_history, subsampled_gaussian_epsilon
+from lightning_dpot.privacy.analysis.rdp_poisson import poisson_gaussian_rdp
+from lightning_dpot.privacy.analysis.rdp_swor import swor_gaussian_rdp
+from lightning_dpot.privacy.analysis.schemes import (
+    DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
-    PLDAccountant,
-    RDPAccountant,
+    WITHOUT_REPLACEMENT,
     compress_history,
-    make_accountant,
-    sgm_epsilon,
-    sgm_epsilon_of_history,
-    sgm_max_steps,
-    sgm_min_noise_multiplier,
-    sgm_rdp,
-    swor_gaussian_epsilon,
-    swor_gaussian_rdp,
-    swor_min_noise_multiplier,
+    swor_sample_rate,
+)
+from lightning_dpot.privacy.calibration import (
+    max_steps,
+    min_noise_multiplier,
 )
 
 MNIST_Q = 1 / 1200  # batch 50 of 60,000 (paper 002, App. D)
@@ -36,7 +36,7 @@ MNIST_Q = 1 / 1200  # batch 50 of 60,000 (paper 002, App. D)
 # --------------------------------------------------------------------------------------------
 
 
-def independent_sgm_rdp(q: float, sigma: float, alpha: int) -> float:
+def independent_poisson_gaussian_rdp(q: float, sigma: float, alpha: int) -> float:
     """Mironov, Talwar, Zhang 2019, Sec. 3.3, integer α:
     ρ_α = log Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²)) / (α-1), summed in log space."""
     terms = [
@@ -52,11 +52,13 @@ def independent_sgm_rdp(q: float, sigma: float, alpha: int) -> float:
     return (top + math.log(sum(math.exp(t - top) for t in terms))) / (alpha - 1)
 
 
-def independent_sgm_epsilon(q: float, sigma: float, steps: int, delta: float) -> float:
+def independent_subsampled_gaussian_epsilon(
+    q: float, sigma: float, steps: int, delta: float
+) -> float:
     """min over integer α in [2, 256] of T·ρ_α + log(1 - 1/α) - (log δ + log α)/(α - 1)
     (Canonne, Kamath, Steinke 2020, Prop. 12)."""
     return min(
-        steps * independent_sgm_rdp(q, sigma, a)
+        steps * independent_poisson_gaussian_rdp(q, sigma, a)
         + math.log1p(-1 / a)
         - (math.log(delta) + math.log(a)) / (a - 1)
         for a in range(2, 257)
@@ -95,28 +97,28 @@ PAPER_TRIPLES = [
 
 @pytest.mark.parametrize(("sigma", "q", "steps", "delta"), PAPER_TRIPLES)
 def test_rdp_epsilon_matches_independent_binomial_expansion(sigma, q, steps, delta):
-    assert sgm_epsilon(sigma, q, steps, delta, "rdp") == pytest.approx(
-        independent_sgm_epsilon(q, sigma, steps, delta), abs=1e-3
+    assert subsampled_gaussian_epsilon(sigma, q, steps, delta, "rdp") == pytest.approx(
+        independent_subsampled_gaussian_epsilon(q, sigma, steps, delta), abs=1e-3
     )
 
 
 def test_paper_settings_reach_epsilon_about_one_not_ten():
     # SPEC §6: the paper's σ, q and step counts give ε ≈ 1 at δ = 1e-5, not the reported 10.
-    mnist = independent_sgm_epsilon(MNIST_Q, 1.5, 160_000, 1e-5)
-    fashion = independent_sgm_epsilon(MNIST_Q, 1.9, 280_000, 1e-5)
+    mnist = independent_subsampled_gaussian_epsilon(MNIST_Q, 1.5, 160_000, 1e-5)
+    fashion = independent_subsampled_gaussian_epsilon(MNIST_Q, 1.9, 280_000, 1e-5)
     assert 0.95 < mnist < 1.05 and 0.95 < fashion < 1.05
-    assert sgm_epsilon(1.5, MNIST_Q, 160_000, 1e-5, "pld") < mnist
+    assert subsampled_gaussian_epsilon(1.5, MNIST_Q, 160_000, 1e-5, "pld") < mnist
     # ε = 10 would need ~57x the paper's MNIST step count.
-    assert sgm_max_steps(1.5, MNIST_Q, 10.0, 1e-5) > 50 * 160_000
+    assert max_steps(1.5, MNIST_Q, 10.0, 1e-5) > 50 * 160_000
 
 
 def test_rdp_curve_matches_independent_formula_at_integer_orders():
     # pins dp-accounting's private _compute_rdp_poisson_subsampled_gaussian
-    curve = sgm_rdp(1.5, MNIST_Q)
+    curve = poisson_gaussian_rdp(1.5, MNIST_Q)
     for index, alpha in enumerate(DEFAULT_RDP_ORDERS):
         if alpha.is_integer() and alpha <= 256:
             assert curve[index] == pytest.approx(
-                independent_sgm_rdp(MNIST_Q, 1.5, int(alpha)), rel=1e-9
+                independent_poisson_gaussian_rdp(MNIST_Q, 1.5, int(alpha)), rel=1e-9
             )
 
 
@@ -124,23 +126,23 @@ def test_pld_matches_exact_gaussian_without_subsampling():
     # q = 1: T steps of σ compose to one Gaussian with σ / sqrt(T), whose ε(δ) is exact.
     sigma, steps, delta = 4.0, 16, 1e-5
     exact = exact_gaussian_epsilon(sigma / math.sqrt(steps), delta)
-    pld = sgm_epsilon(sigma, 1.0, steps, delta, "pld")
+    pld = subsampled_gaussian_epsilon(sigma, 1.0, steps, delta, "pld")
     assert exact <= pld <= exact + 1e-3
-    assert sgm_epsilon(sigma, 1.0, steps, delta, "rdp") >= exact
+    assert subsampled_gaussian_epsilon(sigma, 1.0, steps, delta, "rdp") >= exact
 
 
 @pytest.mark.parametrize(("sigma", "q", "steps", "delta"), PAPER_TRIPLES[:5])
 def test_pld_is_tighter_than_rdp(sigma, q, steps, delta):
-    rdp = sgm_epsilon(sigma, q, steps, delta, "rdp")
-    pld = sgm_epsilon(sigma, q, steps, delta, "pld")
+    rdp = subsampled_gaussian_epsilon(sigma, q, steps, delta, "rdp")
+    pld = subsampled_gaussian_epsilon(sigma, q, steps, delta, "pld")
     assert pld < rdp
     if steps >= 100_000:  # many compositions: RDP is nearly tight, within ~10 %
         assert pld > 0.85 * rdp
 
 
 def test_zero_steps_spend_nothing():
-    assert sgm_epsilon(1.0, 0.1, 0, 1e-5) == 0.0
-    assert sgm_epsilon(1.0, 0.1, 0, 1e-5, "pld") == 0.0
+    assert subsampled_gaussian_epsilon(1.0, 0.1, 0, 1e-5) == 0.0
+    assert subsampled_gaussian_epsilon(1.0, 0.1, 0, 1e-5, "pld") == 0.0
     assert make_accountant("pld").get_epsilon(1e-5) == 0.0
 
 
@@ -154,15 +156,15 @@ def test_zero_steps_spend_nothing():
     [(1.5, MNIST_Q, 1.0, "rdp"), (2.0, 0.1, 1.5, "rdp"), (1.5, MNIST_Q, 0.5, "pld")],
 )
 def test_max_steps_is_the_last_step_within_target(sigma, q, target, accountant):
-    steps = sgm_max_steps(sigma, q, target, 1e-5, accountant)
+    steps = max_steps(sigma, q, target, 1e-5, accountant)
     assert steps > 0
-    assert sgm_epsilon(sigma, q, steps, 1e-5, accountant) <= target
-    assert sgm_epsilon(sigma, q, steps + 1, 1e-5, accountant) > target
+    assert subsampled_gaussian_epsilon(sigma, q, steps, 1e-5, accountant) <= target
+    assert subsampled_gaussian_epsilon(sigma, q, steps + 1, 1e-5, accountant) > target
 
 
 def test_max_steps_is_zero_when_one_step_exceeds_and_capped_by_search_limit():
-    assert sgm_max_steps(0.5, 1.0, 1.0, 1e-5) == 0
-    assert sgm_max_steps(50.0, 1e-4, 10.0, 1e-5, search_limit=1000) == 1000
+    assert max_steps(0.5, 1.0, 1.0, 1e-5) == 0
+    assert max_steps(50.0, 1e-4, 10.0, 1e-5, search_limit=1000) == 1000
 
 
 @pytest.mark.parametrize(
@@ -172,20 +174,20 @@ def test_max_steps_is_zero_when_one_step_exceeds_and_capped_by_search_limit():
 def test_min_noise_multiplier_is_the_smallest_within_tolerance(
     accountant, steps, target, tolerance
 ):
-    sigma = sgm_min_noise_multiplier(MNIST_Q, steps, target, 1e-5, accountant, tolerance)
-    assert sgm_epsilon(sigma, MNIST_Q, steps, 1e-5, accountant) <= target
-    assert sgm_epsilon(sigma - tolerance, MNIST_Q, steps, 1e-5, accountant) > target
+    sigma = min_noise_multiplier(MNIST_Q, steps, target, 1e-5, accountant, tolerance=tolerance)
+    assert subsampled_gaussian_epsilon(sigma, MNIST_Q, steps, 1e-5, accountant) <= target
+    assert subsampled_gaussian_epsilon(sigma - tolerance, MNIST_Q, steps, 1e-5, accountant) > target
 
 
 def test_max_steps_and_min_noise_round_trip():
-    steps = sgm_max_steps(1.5, MNIST_Q, 1.0, 1e-5)
-    sigma = sgm_min_noise_multiplier(MNIST_Q, steps, 1.0, 1e-5, tolerance=1e-4)
+    steps = max_steps(1.5, MNIST_Q, 1.0, 1e-5)
+    sigma = min_noise_multiplier(MNIST_Q, steps, 1.0, 1e-5, tolerance=1e-4)
     assert 1.5 - 1e-3 < sigma <= 1.5 + 1e-4
 
 
 def test_min_noise_multiplier_refuses_an_unreachable_target():
     with pytest.raises(ValueError, match="target_epsilon"):
-        sgm_min_noise_multiplier(1.0, 10, 1e-3, 1e-5, max_noise_multiplier=10.0)
+        min_noise_multiplier(1.0, 10, 1e-3, 1e-5, max_noise_multiplier=10.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +201,7 @@ def test_accountant_equals_pure_function_on_a_mixed_history(name):
     accountant.step(1.5, MNIST_Q, 500)
     accountant.step(2.0, 0.01, 20)
     accountant.step(1.5, MNIST_Q)
-    expected = sgm_epsilon_of_history(
+    expected = epsilon_of_history(
         [(1.5, MNIST_Q, 500), (2.0, 0.01, 20), (1.5, MNIST_Q, 1)], 1e-5, name
     )
     assert accountant.get_epsilon(1e-5) == pytest.approx(expected, rel=1e-9)
@@ -208,12 +210,35 @@ def test_accountant_equals_pure_function_on_a_mixed_history(name):
     assert accountant.adjacency == "add_or_remove_one"
 
 
+@pytest.mark.parametrize("name", ["rdp", "pld"])
+def test_epsilon_of_history_is_dp_accountings_public_accountant(name):
+    """Pins the private dp-accounting functions composed here (Poisson) against its public
+    RdpAccountant / PLDAccountant on a mixed history."""
+    import dp_accounting
+
+    runs = [(1.5, MNIST_Q, 500), (2.0, 0.01, 20), (1.5, MNIST_Q, 1)]
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if name == "rdp":
+        dpa = dp_accounting.rdp.RdpAccountant(list(DEFAULT_RDP_ORDERS), relation)
+    else:
+        dpa = dp_accounting.pld.PLDAccountant(relation, DEFAULT_PLD_VALUE_DISCRETIZATION)
+    gaussian = dp_accounting.GaussianDpEvent
+    events = [
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(q, gaussian(s)), c)
+        for s, q, c in runs
+    ]
+    dpa.compose(dp_accounting.ComposedDpEvent(events))
+    assert epsilon_of_history(runs, 1e-5, name) == pytest.approx(dpa.get_epsilon(1e-5), rel=1e-9)
+
+
 def test_identical_steps_are_stored_as_one_run():
     accountant = RDPAccountant()
     for _ in range(5_000):
         accountant.step(1.5, MNIST_Q)
     assert accountant.history == [(1.5, MNIST_Q, 5_000)]
-    assert accountant.get_epsilon(1e-5) == pytest.approx(sgm_epsilon(1.5, MNIST_Q, 5_000, 1e-5))
+    assert accountant.get_epsilon(1e-5) == pytest.approx(
+        subsampled_gaussian_epsilon(1.5, MNIST_Q, 5_000, 1e-5)
+    )
 
 
 def test_epsilon_if_does_not_record():
@@ -228,7 +253,7 @@ def test_epsilon_if_does_not_record():
 def test_max_additional_steps_counts_from_the_history():
     accountant = RDPAccountant()
     accountant.step(1.5, MNIST_Q, 1_000)
-    total = sgm_max_steps(1.5, MNIST_Q, 1.0, 1e-5)
+    total = max_steps(1.5, MNIST_Q, 1.0, 1e-5)
     assert accountant.max_additional_steps(1.5, MNIST_Q, 1.0, 1e-5) == total - 1_000
 
 
@@ -244,7 +269,7 @@ def test_state_dict_is_json_and_resumes_exactly_even_across_accountants():
     as_pld = PLDAccountant()
     as_pld.load_state_dict(state)
     assert as_pld.get_epsilon(1e-5) == pytest.approx(
-        sgm_epsilon_of_history(accountant.history, 1e-5, "pld")
+        epsilon_of_history(accountant.history, 1e-5, "pld")
     )
 
 
@@ -277,14 +302,14 @@ def test_bad_inputs_are_refused_with_a_message(kwargs, match):
     arguments = {"noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 10, "delta": 1e-5}
     arguments.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        sgm_epsilon(**arguments)
+        subsampled_gaussian_epsilon(**arguments)
 
 
 def test_bad_search_and_factory_inputs_are_refused():
     with pytest.raises(ValueError, match="target_epsilon"):
-        sgm_max_steps(1.0, 0.1, -1.0, 1e-5)
+        max_steps(1.0, 0.1, -1.0, 1e-5)
     with pytest.raises(ValueError, match="steps must be an integer >= 1"):
-        sgm_min_noise_multiplier(0.1, 0, 1.0, 1e-5)
+        min_noise_multiplier(0.1, 0, 1.0, 1e-5)
     with pytest.raises(ValueError, match="accountant must be one of"):
         make_accountant("moments")
     with pytest.raises(ValueError, match="orders"):
@@ -323,8 +348,8 @@ def test_account_sgm_prints_epsilon_under_both_accountants():
         ["--noise-multiplier", "1.5", "--sample-rate", str(MNIST_Q), "--steps", "16000"]
         + ["--delta", "1e-5"]
     )
-    assert result["epsilon_rdp"] == sgm_epsilon(1.5, MNIST_Q, 16_000, 1e-5, "rdp")
-    assert result["epsilon_pld"] == sgm_epsilon(1.5, MNIST_Q, 16_000, 1e-5, "pld")
+    assert result["epsilon_rdp"] == subsampled_gaussian_epsilon(1.5, MNIST_Q, 16_000, 1e-5, "rdp")
+    assert result["epsilon_pld"] == subsampled_gaussian_epsilon(1.5, MNIST_Q, 16_000, 1e-5, "pld")
     assert result["adjacency"] == "add_or_remove_one"
     json.dumps(result)
 
@@ -332,10 +357,10 @@ def test_account_sgm_prints_epsilon_under_both_accountants():
 def test_account_sgm_target_gives_largest_steps_or_smallest_noise():
     common = ["--sample-rate", str(MNIST_Q), "--delta", "1e-5", "--target-epsilon", "1"]
     steps = _account([*common, "--noise-multiplier", "1.5"])
-    assert steps["steps"] == sgm_max_steps(1.5, MNIST_Q, 1.0, 1e-5)
+    assert steps["steps"] == max_steps(1.5, MNIST_Q, 1.0, 1e-5)
     assert steps["epsilon_rdp"] <= 1.0 and steps["within_target"]
     noise = _account([*common, "--steps", "160000", "--tolerance", "0.01"])
-    assert noise["noise_multiplier"] == sgm_min_noise_multiplier(
+    assert noise["noise_multiplier"] == min_noise_multiplier(
         MNIST_Q, 160_000, 1.0, 1e-5, tolerance=0.01
     )
     assert noise["epsilon_rdp"] <= 1.0
@@ -369,10 +394,10 @@ def independent_gaussian_epsilon(z: float, steps: int, delta: float) -> float:
     ("z", "steps", "delta"), [(1.0, 1, 1e-5), (2.5, 40, 1e-6), (8.0, 500, 1e-5)]
 )
 def test_swor_with_full_batch_is_the_plain_gaussian(z, steps, delta):
-    n = 137
-    assert swor_gaussian_epsilon(z, n, n, steps, delta) == pytest.approx(
-        independent_gaussian_epsilon(z, steps, delta), rel=1e-9
-    )
+    full = swor_sample_rate(137, 137)  # b = n: the whole dataset at every step
+    assert subsampled_gaussian_epsilon(
+        z, full, steps, delta, sampling=WITHOUT_REPLACEMENT
+    ) == pytest.approx(independent_gaussian_epsilon(z, steps, delta), rel=1e-9)
     curve = swor_gaussian_rdp(z, 1.0)
     np.testing.assert_allclose(curve, np.asarray(DEFAULT_RDP_ORDERS) / (2 * z**2), rtol=1e-9)
 
@@ -380,21 +405,35 @@ def test_swor_with_full_batch_is_the_plain_gaussian(z, steps, delta):
 def test_swor_epsilon_is_monotone_in_the_batch_fraction_and_the_steps():
     n, z, steps, delta = 1000, 1.2, 200, 1e-5
     sizes = (1, 10, 50, 250, 600, 999, 1000)
-    eps = [swor_gaussian_epsilon(z, n, b, steps, delta) for b in sizes]
+    eps = [
+        subsampled_gaussian_epsilon(z, b / n, steps, delta, sampling=WITHOUT_REPLACEMENT)
+        for b in sizes
+    ]
     assert all(a <= b for a, b in zip(eps, eps[1:], strict=False))
     assert eps[0] < eps[1] < eps[2] < eps[3]
     assert eps[-1] == pytest.approx(independent_gaussian_epsilon(z, steps, delta), rel=1e-9)
-    assert swor_gaussian_epsilon(z, n, 50, steps // 2, delta) < eps[2]
-    assert swor_gaussian_epsilon(z, n, 50, 0, delta) == 0.0
+    assert (
+        subsampled_gaussian_epsilon(z, 50 / n, steps // 2, delta, sampling=WITHOUT_REPLACEMENT)
+        < eps[2]
+    )
+    assert subsampled_gaussian_epsilon(z, 50 / n, 0, delta, sampling=WITHOUT_REPLACEMENT) == 0.0
     # replace-one subsampling never beats the add/remove Poisson figure at the same rate
-    assert eps[2] >= sgm_epsilon(z, 50 / n, steps, delta)
+    assert eps[2] >= subsampled_gaussian_epsilon(z, 50 / n, steps, delta)
 
 
-def test_swor_min_noise_multiplier_is_the_smallest_within_tolerance():
+def test_min_noise_multiplier_without_replacement_is_the_smallest_within_tolerance():
     n, b, steps, target, delta = 4000, 250, 560, 10.0, 1e-5
-    sigma = swor_min_noise_multiplier(n, b, steps, target, delta, tolerance=1e-3)
-    assert swor_gaussian_epsilon(sigma, n, b, steps, delta) <= target
-    assert swor_gaussian_epsilon(sigma - 1e-3, n, b, steps, delta) > target
+    sigma = min_noise_multiplier(
+        b / n, steps, target, delta, sampling=WITHOUT_REPLACEMENT, tolerance=1e-3
+    )
+    assert (
+        subsampled_gaussian_epsilon(sigma, b / n, steps, delta, sampling=WITHOUT_REPLACEMENT)
+        <= target
+    )
+    assert (
+        subsampled_gaussian_epsilon(sigma - 1e-3, b / n, steps, delta, sampling=WITHOUT_REPLACEMENT)
+        > target
+    )
 
 
 def test_swor_accountant_records_the_scheme_and_refuses_mixing_and_pld():
@@ -402,7 +441,8 @@ def test_swor_accountant_records_the_scheme_and_refuses_mixing_and_pld():
     assert accountant.adjacency == "replace_one"
     accountant.step(1.5, 250 / 4000, 30)
     assert accountant.get_epsilon(1e-5) == pytest.approx(
-        swor_gaussian_epsilon(1.5, 4000, 250, 30, 1e-5), rel=1e-9
+        subsampled_gaussian_epsilon(1.5, 250 / 4000, 30, 1e-5, sampling=WITHOUT_REPLACEMENT),
+        rel=1e-9,
     )
     state = json.loads(json.dumps(accountant.state_dict()))
     assert state["sampling"] == "without_replacement" and state["adjacency"] == "replace_one"
@@ -417,9 +457,9 @@ def test_swor_accountant_records_the_scheme_and_refuses_mixing_and_pld():
     with pytest.raises(ValueError, match="not supported by the 'pld'"):
         PLDAccountant().load_state_dict(state)
     with pytest.raises(ValueError, match="accountant must be one of"):
-        swor_gaussian_epsilon(1.5, 4000, 250, 30, 1e-5, accountant="pld")
+        subsampled_gaussian_epsilon(1.5, 250 / 4000, 30, 1e-5, "pld", WITHOUT_REPLACEMENT)
     with pytest.raises(ValueError, match="batch_size must be in"):
-        swor_gaussian_epsilon(1.5, 10, 11, 30, 1e-5)
+        swor_sample_rate(10, 11)
     with pytest.raises(ValueError, match="sampling must be one of"):
         RDPAccountant(sampling="shuffle")
     legacy = {"history": [[1.5, MNIST_Q, 3]]}  # states written before sampling was recorded
@@ -439,20 +479,22 @@ def test_swor_curve_is_dp_accountings_replace_one_accountant_where_not_capped():
     )
     event = dp_accounting.SampledWithoutReplacementDpEvent(n, b, dp_accounting.GaussianDpEvent(z))
     dpa.compose(dp_accounting.SelfComposedDpEvent(event, steps))
-    assert swor_gaussian_epsilon(z, n, b, steps, delta) == pytest.approx(
-        dpa.get_epsilon(delta), rel=1e-9
-    )
+    assert subsampled_gaussian_epsilon(
+        z, b / n, steps, delta, sampling=WITHOUT_REPLACEMENT
+    ) == pytest.approx(dpa.get_epsilon(delta), rel=1e-9)
 
 
 def test_an_optimal_order_at_the_edge_of_the_grid_warns():
     """As Opacus: when the best α is the first or last order, ε may be loose (issue 14)."""
     import warnings
 
-    from lightning_dpot.privacy.accountants import rdp_to_epsilon, sgm_rdp
+    from lightning_dpot.privacy.analysis.conversions import rdp_to_epsilon
 
     orders = [2.0, 3.0]
     with pytest.warns(UserWarning, match=r"α=3 is the largest of the grid \[2, 3\]"):
-        rdp_to_epsilon(sgm_rdp(0.5, 1.0, orders), 1e-5, orders)
+        rdp_to_epsilon(poisson_gaussian_rdp(0.5, 1.0, orders), 1e-5, orders)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the paper-002 setting sits inside the default grid
-        assert sgm_epsilon(1.5, 1 / 1200, 160_000, 1e-5) == pytest.approx(1.0147, abs=1e-4)
+        assert subsampled_gaussian_epsilon(1.5, 1 / 1200, 160_000, 1e-5) == pytest.approx(
+            1.0147, abs=1e-4
+        )

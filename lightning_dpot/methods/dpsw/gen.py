@@ -1,0 +1,155 @@
+"""DPSWgen (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with the DP
+sliced-Wasserstein loss on per-step releases (package docstring)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from lightning_dpot.data.protocols import LatentPrivateData, require_data
+from lightning_dpot.distributed import rank_world
+from lightning_dpot.methods.dpsw.release import (
+    STREAM_FLOW,
+    BatchReleases,
+    SlicedReleaseModule,
+    check_sigma_or_target,
+)
+from lightning_dpot.ot.sliced import (
+    dp_sliced_wasserstein_loss,
+)
+from lightning_dpot.privacy.secure_rng import seeded_generator
+from lightning_dpot.privacy.sliced_sensitivity import WBound
+from lightning_dpot.privacy.validation import (
+    check_epsilon,
+    check_nonnegative_int,
+    check_positive_int,
+)
+
+
+class DPSWGen(SlicedReleaseModule):
+    """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with
+    the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
+
+    Step ``k``: fresh ``Θ_k`` and release ``Ỹ_k`` of the fixed-size batch (as DPSWFlowR); generate
+    images ``G(u)``, ``u ~ N(0, I)``; map them to the latent sphere with the frozen public encoder,
+    ``z = E(G(u))`` (identity + unit-ball scaling without an autoencoder); minimise
+    ``L = (1/N_θ) Σ_j W_2^2(θ_j#z * N(0, σ²), Ỹ_k[:, j])``
+    (:func:`~lightning_dpot.ot.sliced.dp_sliced_wasserstein_loss`, eq. 11). Each training batch
+    releases once, so with ``accumulate_grad_batches = k`` one optimizer step is k releases, and
+    the accountant composes k events.
+
+    Samples: unlimited and free (``G(u)``).
+
+    Args:
+        generator: network ``u → record`` with ``latent_dim`` (paper: the decoder's architecture,
+            :class:`~lightning_dpot.nn.ConvDecoderGenerator32`).
+        generated_batch_size: generated samples per step.
+        lr: Adam learning rate. Others as :class:`DPSWFlowR`.
+    """
+
+    def __init__(
+        self,
+        generator: nn.Module,
+        num_directions: int = 70,
+        noise_sigma: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = 1e-5,
+        delta_s: float = 1e-8,
+        w_bound: WBound = "chernoff",
+        generated_batch_size: int = 250,
+        lr: float = 1e-3,
+        accountant: Literal["rdp", "pld"] = "rdp",
+        seed: int = 0,
+        noise_seed: int | None = None,
+        secure_rng: bool = False,
+    ) -> None:
+        super().__init__()
+        check_sigma_or_target(noise_sigma, target_epsilon)
+        self.save_hyperparameters(ignore=["generator"])
+        self.generator = generator
+        self._build_release(
+            noise_sigma, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
+        )
+        self.target_epsilon = (
+            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+        )
+        self.generated_batch_size = check_positive_int("generated_batch_size", generated_batch_size)
+        self.lr = lr
+        self.accountant = accountant
+        self.seed = check_nonnegative_int("seed", seed)
+        self.batches = BatchReleases(self.release, self.seed)
+        self.dim: int | None = None
+
+    def privacy_context(self) -> dict[str, Any]:
+        return {
+            "method": "DPSWgen (Rakotomamonjy & Ralaivola 2021): one release per batch",
+            "subset_seed_is_public": self.batches.subset_seed_is_public(),
+        }
+
+    def setup(self, stage: str) -> None:
+        if self.dim is not None:
+            return
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        require_data(datamodule, LatentPrivateData, type(self).__name__)
+        datamodule.setup(stage)
+        self.dim = int(datamodule.latent_dim)
+        # Kept out of the module's state (the frozen public autoencoder belongs to stage 1).
+        self.__dict__["_autoencoder"] = datamodule.autoencoder
+        self.batches.bind(
+            type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
+        )
+
+    def to_latent(self, records: Tensor) -> Tensor:
+        """Differentiable map of generated records to the private latents' space."""
+        if self._autoencoder is None:
+            z = records.reshape(records.shape[0], -1)
+            return z / torch.linalg.vector_norm(z, dim=1, keepdim=True).clamp_min(1.0)
+        self._autoencoder.to(records.device).eval()
+        return self._autoencoder.encode(records)  # ℓ2-normalized, differentiable in records
+
+    def forward(self, u: Tensor) -> Tensor:
+        return self.generator(u)
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
+        # Each training batch is a release with its own subset and Θ, keyed by the batch's index
+        # in the run (= global_step unless accumulate_grad_batches > 1, where one optimizer step
+        # spans several batches: re-releasing one subset would not be a fresh subsampled step).
+        step = self.trainer.current_epoch * self.batches.datamodule.steps_per_epoch + batch_idx
+        theta, target_sorted = self.batches(step, self.device)
+        u = torch.randn(self.generated_batch_size, self.generator.latent_dim, device=self.device)
+        z = self.to_latent(self(u))
+        g = seeded_generator(self.seed, STREAM_FLOW, step, rank_world()[0], device=z.device)
+        loss = dp_sliced_wasserstein_loss(
+            z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
+        )
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.generator.parameters(), lr=self.lr)
+
+    @torch.no_grad()
+    def sample(
+        self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
+    ) -> Tensor:
+        """``n`` records G(u), u ~ N(0, I), on the CPU in eval mode (free: post-processing)."""
+        was_training = self.training
+        self.eval()
+        out = []
+        try:
+            for i in range(0, n, batch_size):
+                shape = (min(batch_size, n - i), self.generator.latent_dim)
+                device = self.device if generator is None else generator.device
+                u = torch.randn(shape, generator=generator, device=device)
+                out.append(self(u.to(self.device)).cpu())
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.empty(0)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["dpsw_release"] = self.release.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.release.load_state_dict(checkpoint["dpsw_release"])

@@ -1,0 +1,154 @@
+"""The sliced Gaussian release shared by the DPSW methods: the module base that owns one
+:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`, and the per-step batch
+releases of DPSWflow-r and DPSWgen (package docstring: adjacency, DDP)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from lightning_dpot.distributed import all_gather_rows, rank_world
+from lightning_dpot.generative import Generative
+from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT, swor_sample_rate
+from lightning_dpot.privacy.calibration import min_noise_multiplier
+from lightning_dpot.privacy.contract import (
+    ReleasesPrivateData,
+    planned_releases,
+    warn_if_unaccounted,
+)
+from lightning_dpot.privacy.secure_rng import seeded_generator
+from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
+from lightning_dpot.privacy.sliced_sensitivity import WBound
+from lightning_dpot.privacy.validation import (
+    check_nonnegative,
+)
+
+STREAM_DIRECTIONS, STREAM_RELEASE, STREAM_FLOW, STREAM_INIT, STREAM_SUBSET = range(5)
+
+
+def check_sigma_or_target(noise_sigma: float | None, target_epsilon: float | None) -> None:
+    if (noise_sigma is None) == (target_epsilon is None):
+        raise ValueError(
+            "give exactly one of noise_sigma (σ ≥ 0, 0 = not private) and target_epsilon "
+            f"(> 0), got noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
+        )
+    if noise_sigma is not None:
+        check_nonnegative("noise_sigma", noise_sigma)
+
+
+class BatchReleases:
+    """The per-step releases of DPSWflow-r and DPSWgen (module docstring, "Adjacency"): at step
+    k, the ``b`` indices the datamodule draws without replacement from its secret seed, fresh
+    checked directions Θ_k from ``(seed, k)``, and this rank's rows of the batch released."""
+
+    def __init__(self, release: SlicedGaussianRelease, seed: int) -> None:
+        self.release, self.seed = release, seed
+        self.datamodule: Any = None
+
+    def bind(
+        self,
+        name: str,
+        datamodule: Any,
+        trainer: L.Trainer,
+        target_epsilon: float | None,
+        accountant: str,
+    ) -> None:
+        """Check the datamodule's sampling and calibrate σ (from ``target_epsilon`` over the
+        planned steps, or as given) for ``b`` of ``n`` records per step."""
+        if getattr(datamodule, "sample_rate", None) is not None:
+            raise ValueError(
+                f"{name} releases one noisy row per sampled record, so Poisson sampling "
+                f"(sample_rate={datamodule.sample_rate!r}) would make the batch size part of the "
+                "output, which its add/remove accounting does not cover: set the datamodule's "
+                "batch_size (fixed size b, drawn without replacement) and sample_rate=None"
+            )
+        if getattr(datamodule, "batch_size", None) is None:
+            raise ValueError(
+                f"{name} releases a fixed-size minibatch drawn without replacement every step: "
+                "set the datamodule's batch_size (an integer b in [1, n])"
+            )
+        n, b, dim = int(datamodule.num_private), int(datamodule.batch_size), datamodule.latent_dim
+        if not 1 <= b <= n:
+            raise ValueError(
+                f"batch_size must be in [1, n={n}] (the number of private records), got {b!r}"
+            )
+        self.datamodule = datamodule
+        # A subset drawn from a public seed is known: account b of b (no amplification).
+        n_accounted = b if self.subset_seed_is_public() else n
+        sigma = self.release.noise_sigma
+        if target_epsilon is not None:
+            steps = planned_releases(trainer, datamodule.steps_per_epoch)
+            multiplier = min_noise_multiplier(
+                swor_sample_rate(n_accounted, b),
+                steps,
+                target_epsilon,
+                self.release.delta,
+                accountant,
+                WITHOUT_REPLACEMENT,
+            )
+            sigma = multiplier * self.release.sensitivity(int(dim))
+        self.release.calibrate(sigma, int(dim), dataset_size=n_accounted, batch_size=b)
+
+    def batch(self, step: int, device: torch.device) -> Tensor:
+        """This rank's rows ``rank, rank + W, ...`` of step ``step``'s batch."""
+        if self.datamodule is None:
+            raise RuntimeError("call setup() (fit) first")
+        rank, world = rank_world()
+        indices = self.datamodule.without_replacement_indices(step)
+        return self.datamodule.private_records()[indices[rank::world]].to(device)
+
+    def __call__(self, step: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Θ_k and the sorted, all-gathered release ``(N_θ, b)`` of step ``step``."""
+        rank, _ = rank_world()
+        batch = self.batch(step, device)
+        theta = self.release.directions(
+            batch.shape[1], seeded_generator(self.seed, STREAM_DIRECTIONS, step)
+        ).to(batch.device)
+        source = self.release.noise.source(STREAM_RELEASE, step, rank, device=batch.device)
+        noisy = all_gather_rows(self.release(batch, theta, source))
+        return theta, torch.sort(noisy.transpose(0, 1), dim=1).values
+
+    def subset_seed_is_public(self) -> bool | None:
+        """Whether the subsets come from a public seed (then no amplification is claimed)."""
+        return None if self.datamodule is None else self.datamodule.seed is not None
+
+
+class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
+    """A module whose only access to private data is one :class:`SlicedGaussianRelease`."""
+
+    release: SlicedGaussianRelease
+
+    def _build_release(
+        self,
+        noise_sigma: float | None,
+        num_directions: int,
+        delta: float,
+        delta_s: float,
+        w_bound: WBound,
+        noise_seed: int | None,
+        secure_rng: bool,
+    ) -> None:
+        self.release = SlicedGaussianRelease(
+            num_directions, delta, delta_s, w_bound, noise_seed, secure_rng,
+            is_private=noise_sigma != 0.0,
+        )  # fmt: skip
+        self.release.noise_sigma = 0.0 if noise_sigma is None else float(noise_sigma)
+
+    def privacy_releases(self) -> list[SlicedGaussianRelease]:
+        return [self.release]
+
+    @property
+    def noise_sigma(self) -> float:
+        """σ of the release (what the flow's drift and the DP-SW loss deconvolve)."""
+        return self.release.noise_sigma
+
+    @property
+    def mechanism_calls(self) -> int:
+        """Releases of private data so far (restored checkpoints included)."""
+        return self.release.events.total
+
+    def on_train_start(self) -> None:
+        warn_if_unaccounted(self)
