@@ -1,0 +1,296 @@
+"""A suite's results: ``comparison.json``, the Markdown table and the plots.
+
+Cells are aggregated over seeds per (source, method, target ε): mean ± sample std of every
+metric and of the reported ε. Rows are grouped by privacy notion and never mixed: a local ε
+and a central ε are different guarantees (see :data:`NOTION_NOTE`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_dpot.compare.suite import Suite
+
+__all__ = ["NOTION_NOTE", "aggregate", "markdown_table", "plot_metrics", "plot_samples"]
+
+NOTION_NOTE = (
+    "Local and central ε are not the same currency: a local ε bounds what each released record "
+    "reveals about its owner before any training (every record is privatized on its own), while "
+    "a central (ε, δ) bounds what the trained model reveals about one record of the dataset, so "
+    "compare methods only within a group."
+)
+
+#: (key in a cell's metrics, column title, lower is better)
+METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("w2", "W2 ↓", True),
+    ("manifold_error", "dist. to support ↓", True),
+    ("arc_coverage", "arc coverage ↑", False),
+    ("fd_classifier", "FD (classifier) ↓", True),
+    ("fid", "FID ↓", True),
+    ("utility_mean", "utility acc. ↑", False),
+)
+
+NOTION_TITLES = {
+    "local": "Local DP — per-record ε of the release (ε, δ of the randomizer)",
+    "central": "Central DP — (ε, δ) of the trained model, from the run's accountant",
+}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float] | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return None
+    return statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0
+
+
+def _cell_metrics(cell: dict) -> dict[str, float]:
+    metrics = dict(cell["metrics"])
+    utility = metrics.pop("utility", None)
+    if isinstance(utility, dict) and utility:
+        metrics["utility_mean"] = statistics.fmean(utility.values())
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def aggregate(cells: list[dict]) -> list[dict]:
+    """One row per (source, method, target ε): mean / std over seeds."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for cell in cells:
+        groups[(cell["source"], cell["method"], cell["target_epsilon"])].append(cell)
+    rows = []
+    for (source, method, target), group in sorted(groups.items()):
+        notions = {c["privacy"]["notion"] for c in group}
+        if len(notions) != 1:
+            raise ValueError(f"{method} on {source} reports mixed privacy notions {notions}")
+        privacy = group[0]["privacy"]
+        metrics = defaultdict(list)
+        for cell in group:
+            for key, value in _cell_metrics(cell).items():
+                metrics[key].append(float(value))
+        row = {
+            "source": source,
+            "method": method,
+            "method_class": group[0]["method_class"],
+            "notion": notions.pop(),
+            "target_epsilon": target,
+            "epsilon": _mean_std([c["privacy"]["epsilon"] for c in group]),
+            "delta": privacy.get("delta"),
+            "accountant": privacy.get("accountant"),
+            "adjacency": privacy.get("adjacency"),
+            "shuffled_central_epsilon": _mean_std(
+                [c["privacy"].get("shuffled_central_epsilon") for c in group]
+            ),
+            "seeds": sorted(c["seed"] for c in group),
+            "metrics": {k: _mean_std(v) for k, v in metrics.items()},
+            "fit_seconds": statistics.fmean(c["fit_seconds"] for c in group),
+        }
+        rows.append(row)
+    return rows
+
+
+def _fmt(value: tuple[float, float] | None, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    mean, std = value
+    return f"{mean:.{digits}g} ± {std:.2g}"
+
+
+def markdown_table(suite: Suite, rows: list[dict]) -> str:
+    """The suite's results as Markdown: one section per source, one table per notion."""
+    lines = [f"# `dpot compare`: {suite.name}", ""]
+    if suite.description:
+        lines += [suite.description, ""]
+    lines += [
+        f"Mean ± std over seeds {list(suite.seeds)}; every seed is a fresh secret release and "
+        "a fresh model. Metrics against the raw held-out split; ε is what each run's own "
+        "report states (its accountant or LDP report), not the suite's target.",
+        "",
+        f"> {NOTION_NOTE}",
+        "",
+    ]
+    for source in dict.fromkeys(r["source"] for r in rows):
+        lines += [f"## {source}", ""]
+        here = [r for r in rows if r["source"] == source]
+        present = [m for m in METRICS if any(r["metrics"].get(m[0]) for r in here)]
+        for notion in ("local", "central"):
+            group = [r for r in rows if r["source"] == source and r["notion"] == notion]
+            if not group:
+                continue
+            header = ["method", "target ε", "reported ε", "δ", "privacy"]
+            header += [title for _, title, _ in present] + ["fit s"]
+            lines += [f"### {NOTION_TITLES[notion]}", ""]
+            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            for row in sorted(group, key=lambda r: (r["target_epsilon"], r["method"])):
+                if notion == "local":
+                    shuffled = row["shuffled_central_epsilon"]
+                    how = "per record" + (
+                        f"; shuffled: central ε {shuffled[0]:.3g}" if shuffled else ""
+                    )
+                else:
+                    how = f"{row['accountant']}, {row['adjacency']}"
+                cells = [
+                    row["method"],
+                    f"{row['target_epsilon']:g}",
+                    _fmt(row["epsilon"], digits=4),
+                    "—" if row["delta"] is None else f"{row['delta']:g}",
+                    how,
+                ]
+                cells += [_fmt(row["metrics"].get(key)) for key, _, _ in present]
+                cells.append(f"{row['fit_seconds']:.1f}")
+                lines.append("| " + " | ".join(cells) + " |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def plot_metrics(rows: list[dict], out_dir: Path) -> list[Path]:
+    """``<source>_<metric>.png``: the metric against the target ε (log axis), one line per
+    method with ±1 std error bars; solid for local DP, dashed for central DP."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for source in dict.fromkeys(r["source"] for r in rows):
+        for key, title, _ in METRICS:
+            series = [r for r in rows if r["source"] == source and key in r["metrics"]]
+            if not series:
+                continue
+            fig, ax = plt.subplots(figsize=(5.0, 3.6))
+            for method in dict.fromkeys(r["method"] for r in series):
+                points = sorted(
+                    (r for r in series if r["method"] == method), key=lambda r: r["target_epsilon"]
+                )
+                points = [r for r in points if r["metrics"][key] is not None]
+                if not points:
+                    continue
+                notion = points[0]["notion"]
+                ax.errorbar(
+                    [r["target_epsilon"] for r in points],
+                    [r["metrics"][key][0] for r in points],
+                    yerr=[r["metrics"][key][1] for r in points],
+                    label=f"{method} ({notion})",
+                    linestyle="-" if notion == "local" else "--",
+                    marker="o",
+                    capsize=3,
+                )
+            ax.set_xscale("log")
+            ax.set_xlabel("target ε (local: per record; central: (ε, δ))")
+            ax.set_ylabel(title)
+            ax.set_title(f"{source}: {title}")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            path = out_dir / f"{source}_{key}.png"
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+            written.append(path)
+    return written
+
+
+def plot_samples(suite: Suite, cells: list[dict], out_dir: Path, cells_dir: Path) -> list[Path]:
+    """``<source>_samples.png``: samples of the first seed, methods in rows, ε in columns
+    (scatter for 2-D records, an image grid for images)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lightning_dpot.grids import images_to_grid
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    seed = suite.seeds[0]
+    for source in suite.sources:
+        methods = [m for m in suite.methods if source in suite.methods[m].sources]
+        if not methods:
+            continue
+        support = _public_support(suite.sources[source])
+        fig, axes = plt.subplots(
+            len(methods),
+            len(suite.epsilons),
+            figsize=(2.2 * len(suite.epsilons), 2.2 * len(methods)),
+            squeeze=False,
+        )
+        for i, method in enumerate(methods):
+            for j, eps in enumerate(suite.epsilons):
+                ax = axes[i][j]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                match = [
+                    c
+                    for c in cells
+                    if (c["method"], c["source"], c["target_epsilon"], c["seed"])
+                    == (method, source, eps, seed)
+                ]
+                if match:
+                    path = Path(match[0]["report"]).parent / "samples.pt"
+                    samples = torch.load(path, weights_only=True)
+                    if samples.ndim == 2 and samples.shape[1] == 2:
+                        _draw_support(ax, support)
+                        ax.scatter(samples[:, 0], samples[:, 1], s=2)
+                        ax.set_xlim(-1.5, 1.5)
+                        ax.set_ylim(-1.5, 1.5)
+                    elif samples.ndim == 4:
+                        ax.imshow(images_to_grid(samples).permute(1, 2, 0).numpy())
+                if i == 0:
+                    ax.set_title(f"ε = {eps:g}", fontsize=9)
+                if j == 0:
+                    ax.set_ylabel(method, fontsize=8)
+        fig.suptitle(f"{suite.name} / {source}: samples (seed {seed})", fontsize=10)
+        fig.tight_layout()
+        path = out_dir / f"{source}_samples.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _public_support(spec: dict) -> Tensor | None:
+    """The known support of a synthetic source (a curve's polyline, a mixture's centres) for the
+    scatter panels; ``None`` for data without one. Public by construction: no record is read."""
+    from lightning_dpot.data.manifolds import CurveSource, GaussianMixture2D
+
+    module_name, _, class_name = spec["class_path"].rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not issubclass(cls, (CurveSource, GaussianMixture2D)):
+        return None
+    source = cls(**spec.get("init_args", {}))
+    return source.polyline() if isinstance(source, CurveSource) else source.centers()
+
+
+def _draw_support(ax: Any, support: Tensor | None) -> None:
+    if support is None:
+        return
+    if support.shape[0] > 20:  # a curve
+        ax.plot(support[:, 0], support[:, 1], color="0.6", linewidth=2, zorder=0)
+    else:  # mixture centres
+        ax.scatter(support[:, 0], support[:, 1], marker="x", color="0.4", s=40, zorder=3)
+
+
+def comparison_record(suite: Suite, cells: list[dict], rows: list[dict]) -> dict[str, Any]:
+    """The content of ``comparison.json``."""
+    return {
+        "suite": suite.name,
+        "suite_file": str(suite.path),
+        "epsilons": list(suite.epsilons),
+        "delta": suite.delta,
+        "seeds": list(suite.seeds),
+        "protocol": {
+            "reference": "raw held-out split of each source (never trained on)",
+            "samples": suite.evaluation.get("num_samples", 2000),
+            "evaluation": suite.evaluation,
+            "utility_model_selection": "early stopping on synthetic validation data only",
+            "privacy": "each cell's ε is read from its own report.json",
+            "notions": NOTION_NOTE,
+        },
+        "rows": rows,
+        "cells": cells,
+    }

@@ -1,0 +1,221 @@
+"""Running a suite's cells: one ``dpot fit`` each, then the shared evaluators.
+
+A cell trains in-process through the same LightningCLI as ``dpot fit`` (same callbacks,
+accountant and reports) with the suite's overrides, in ``<out>/cells/<method>/<source>/eps<ε>/
+seed<s>/``. It then draws samples through :class:`~lightning_dpot.generative.Generative`,
+scores them with :mod:`lightning_dpot.metrics.evaluators` against the raw held-out split, reads
+the privacy guarantee from the run's own ``report.json`` and writes ``cell.json`` last
+(atomically): a cell with ``cell.json`` is finished and never redone. An interrupted cell
+resumes from its newest checkpoint (its accountant state and cached release come back with it,
+so no private data is released twice for it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lightning_dpot.compare.suite import Cell, Suite
+from lightning_dpot.data.manifolds import CurveSource
+from lightning_dpot.data.protocols import held_out_split
+from lightning_dpot.generative import draw
+from lightning_dpot.metrics.evaluators import (
+    FrechetEvaluator,
+    ManifoldEvaluator,
+    UtilityEvaluator,
+    W2Evaluator,
+)
+from lightning_dpot.metrics.utility import FULL, QUICK
+
+__all__ = ["cell_privacy", "evaluate_model", "run_cell", "run_prepare"]
+
+NOTIONS = ("local", "central")
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def cell_privacy(report: dict) -> dict:
+    """The guarantee a run's ``report.json`` states, in one shape for every method.
+
+    ``notion`` is ``"local"`` (per-record ε of a local randomizer; with the central ε of the
+    shuffled release where the report has it) or ``"central"`` ((ε, δ) of the trained model
+    from the accountant, with its adjacency)."""
+    section = report.get("privacy")
+    if not isinstance(section, dict) or section.get("epsilon") is None:
+        raise ValueError(
+            "the run's report.json has no privacy section with an epsilon: a suite compares "
+            "private runs only"
+        )
+    notion = section.get("notion")
+    if notion not in NOTIONS:
+        raise ValueError(f"the run's privacy section has notion={notion!r}, not one of {NOTIONS}")
+    out = {
+        "notion": notion,
+        "epsilon": float(section["epsilon"]),
+        "delta": section.get("delta"),
+        "mechanism": section.get("mechanism"),
+    }
+    if notion == "local":
+        shuffled = section.get("central_by_shuffling") or {}
+        out["adjacency"] = "any two values of one record (local DP, per record)"
+        out["shuffled_central_epsilon"] = shuffled.get("epsilon_numerical")
+        out["shuffled_central_delta"] = shuffled.get("delta")
+    else:
+        out["adjacency"] = section.get("adjacency")
+        out["accountant"] = section.get("accountant")
+        out["releases"] = section.get("releases")
+    return out
+
+
+def evaluate_model(
+    model: Any, datamodule: Any, settings: dict, seed: int, cache_dir: Path
+) -> tuple[dict, torch.Tensor]:
+    """Score ``model`` against the datamodule's raw held-out split with the suite's evaluator
+    set; returns the metrics and the samples drawn (seeded by the cell's seed)."""
+    reference, labels = held_out_split(datamodule)
+    n = int(settings.get("num_samples", 2000))
+    if model.max_samples is not None:
+        n = min(n, model.max_samples)
+    want_labels = "utility" in settings and model.conditional
+    x, y = draw(model, n, labelled=want_labels, generator=torch.Generator().manual_seed(seed))
+    metrics: dict[str, Any] = {"num_samples": int(x.shape[0])}
+    if "w2" in settings:
+        w2 = W2Evaluator(**(settings["w2"] or {}), seed=seed).score(x, reference)
+        metrics.update(w2=w2["w2"], w2_stderr=w2["w2_stderr"])
+    source = getattr(datamodule, "source", None)
+    if settings.get("manifold") and isinstance(source, CurveSource):
+        metrics.update(ManifoldEvaluator(source).score(x))
+    if "frechet" in settings:
+        options = {"feature_extractor": "classifier", **(settings["frechet"] or {})}
+        frechet = FrechetEvaluator(**options)
+        frechet.set_reference(reference, labels, cache_dir=cache_dir)
+        metrics.update(frechet.score(x))
+    if "utility" in settings:
+        options = dict(settings["utility"] or {})
+        mode = options.pop("mode", "quick")
+        if not model.conditional:
+            metrics["utility"] = None  # unconditional: no labels to train a classifier on
+        elif labels is None:
+            metrics["utility"] = None
+        else:
+            evaluator = UtilityEvaluator(**options, seed=seed)
+            accuracies = evaluator.score(x, y, reference, labels, FULL if mode == "full" else QUICK)
+            metrics["utility"] = accuracies
+    return metrics, x
+
+
+def _newest_checkpoint(cell_dir: Path) -> Path | None:
+    checkpoints = sorted(cell_dir.glob("checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return checkpoints[-1] if checkpoints else None
+
+
+@contextmanager
+def _quiet():
+    """Lightning's per-run banners and known benign warnings off for the grid's runs."""
+    names = ("lightning.pytorch", "lightning.fabric", "lightning")
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*holds .* particles.*")
+            warnings.filterwarnings("ignore", message=".*will be overridden by.*")
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
+    """Run the suite's ``prepare`` step ``name`` once (non-private, e.g. an autoencoder on the
+    public split); ``<out_dir>/prepare/<name>/done.json`` marks it finished."""
+    from lightning_dpot.cli import run_lightning
+
+    spec = suite.prepare[name]
+    run_dir = out_dir / "prepare" / name
+    if (run_dir / "done.json").is_file():
+        return run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args = [
+        "fit",
+        "--config", str(spec.config),
+        *suite.overrides(spec.set, suite.values(out_dir)),
+        f"--trainer.default_root_dir={run_dir}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+    ]  # fmt: skip
+    start = time.perf_counter()
+    with _quiet():
+        run_lightning(args)
+    _write_json(run_dir / "done.json", {"seconds": round(time.perf_counter() - start, 2)})
+    return run_dir
+
+
+def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
+    """Train, evaluate and record one cell (or read its record if it is finished)."""
+    from lightning_dpot.cli import run_lightning
+
+    cell_dir = out_dir / "cells" / cell.key
+    record_path = cell_dir / "cell.json"
+    if record_path.is_file():
+        return json.loads(record_path.read_text())
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    spec = suite.methods[cell.method]
+    args = [
+        "fit",
+        "--config", str(spec.config),
+        *suite.overrides(spec.set, suite.values(out_dir, cell, cell_dir)),
+        f"--seed_everything={cell.seed}",
+        f"--trainer.default_root_dir={cell_dir}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+    ]  # fmt: skip
+    resumed = _newest_checkpoint(cell_dir)
+    if resumed is not None:
+        args.append(f"--ckpt_path={resumed}")
+    start = time.perf_counter()
+    with _quiet():
+        cli = run_lightning(args)
+        fit_seconds = time.perf_counter() - start
+        report = json.loads((cell_dir / "report.json").read_text())
+        privacy = cell_privacy(report)
+        start = time.perf_counter()
+        metrics, samples = evaluate_model(
+            cli.model, cli.datamodule, suite.evaluation, cell.seed, out_dir / "cache"
+        )
+    torch.save(samples[: int(suite.evaluation.get("grid", 64))].clone(), cell_dir / "samples.pt")
+    record = {
+        "method": cell.method,
+        "method_class": type(cli.model).__name__,
+        "source": cell.source,
+        "target_epsilon": cell.epsilon,
+        "seed": cell.seed,
+        "privacy": privacy,
+        "metrics": metrics,
+        "steps": int(cli.trainer.global_step),
+        "fit_seconds": round(fit_seconds, 2),
+        "evaluate_seconds": round(time.perf_counter() - start, 2),
+        "resumed_from": None if resumed is None else str(resumed),
+        "report": str(cell_dir / "report.json"),
+    }
+    if not math.isfinite(privacy["epsilon"]) or privacy["epsilon"] > cell.epsilon * (1 + 1e-6):
+        record["privacy"]["exceeds_target"] = True
+    _write_json(record_path, record)
+    return record

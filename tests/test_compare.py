@@ -1,0 +1,226 @@
+"""``dpot compare``: the grid runner end to end on a tiny suite (seconds per cell), resume after
+a kill, privacy per cell from the run's own report, and the grouping by privacy notion."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_dpot.cli import main, run_lightning
+from lightning_dpot.compare import load_suite
+from lightning_dpot.compare.results import NOTION_NOTE, aggregate, markdown_table
+from lightning_dpot.compare.runner import cell_privacy
+from lightning_dpot.generative import Generative
+from lightning_dpot.privacy.contract import ReleasesPrivateData
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATES = REPO / "configs" / "compare" / "two_d"
+
+TINY = {"trainer.max_steps": 3}
+LOCAL = {  # Laplace (pure ε-LDP), so that the shuffled release's central ε applies
+    "data.init_args.mechanism": "laplace",
+    "data.init_args.epsilon": "{epsilon}",
+    "data.init_args.delta": None,
+    "data.init_args.shuffle_delta": "{delta}",
+    "data.init_args.source": "{source}",
+    "data.init_args.cache_dir": "{cell_dir}/cache",
+    "data.init_args.batch_size": 100,
+    **TINY,
+}
+CENTRAL = {
+    "model.init_args.target_epsilon": "{epsilon}",
+    "model.init_args.delta": "{delta}",
+    "data.init_args.source": "{source}",
+    "model.init_args.num_particles": 200,
+    "data.init_args.batch_size": 50,
+    **TINY,
+}
+
+
+def _suite(tmp_path: Path, methods: dict, epsilons=(2.0, 8.0), seeds=(0, 1)) -> Path:
+    suite = {
+        "name": "tiny",
+        "epsilons": list(epsilons),
+        "delta": 1e-5,
+        "seeds": list(seeds),
+        "sources": {
+            "half_circle": {
+                "class_path": "lightning_dpot.data.HalfCircle",
+                "init_args": {"n": 400, "n_test": 200},
+            }
+        },
+        "methods": methods,
+        "evaluation": {
+            "num_samples": 200,
+            "w2": {"subsample": 50, "repeats": 2},
+            "manifold": True,
+            "grid": 200,
+        },
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    return path
+
+
+def _methods(*names: str) -> dict:
+    table = {
+        "entropic_wgan": {"config": str(TEMPLATES / "entropic_wgan.yaml"), "set": LOCAL},
+        "dpswflow_r": {"config": str(TEMPLATES / "dpswflow_r.yaml"), "set": CENTRAL},
+    }
+    return {name: table[name] for name in names}
+
+
+def test_a_tiny_suite_writes_the_table_plots_and_json_with_each_cells_own_privacy(tmp_path, capsys):
+    suite = _suite(tmp_path, _methods("entropic_wgan", "dpswflow_r"))
+    out = tmp_path / "out"
+    main(["compare", "--config", str(suite), "--output", str(out)])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["cells"] == 8 and summary["resumed_finished_cells"] == 0
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert len(comparison["cells"]) == 8 and len(comparison["rows"]) == 4
+    for cell in comparison["cells"]:
+        report = json.loads(Path(cell["report"]).read_text())
+        assert cell["privacy"]["epsilon"] == pytest.approx(float(report["privacy"]["epsilon"]))
+        assert cell["metrics"]["w2"] > 0 and 0 <= cell["metrics"]["arc_coverage"] <= 1
+        if cell["method"] == "entropic_wgan":
+            assert cell["privacy"]["notion"] == "local"
+            assert cell["privacy"]["epsilon"] == cell["target_epsilon"]
+            assert cell["privacy"]["shuffled_central_epsilon"] > 0
+        else:  # the accountant's ε of what ran: within the target, not copied from the suite
+            assert cell["privacy"]["notion"] == "central"
+            assert cell["privacy"]["accountant"] == "rdp" and cell["privacy"]["releases"] == 3
+            assert 0.5 * cell["target_epsilon"] < cell["privacy"]["epsilon"]
+            assert cell["privacy"]["epsilon"] < cell["target_epsilon"]
+    table = (out / "comparison.md").read_text()
+    local_at, central_at = table.index("### Local DP"), table.index("### Central DP")
+    assert NOTION_NOTE in table
+    assert "entropic_wgan" in table[local_at:central_at]
+    assert "entropic_wgan" not in table[central_at:] and "dpswflow_r" in table[central_at:]
+    plots = {Path(p).name for p in summary["plots"]}
+    assert {"half_circle_w2.png", "half_circle_samples.png"} <= plots
+    assert all(Path(p).stat().st_size > 1000 for p in summary["plots"])
+
+
+def test_a_killed_run_resumes_without_redoing_finished_cells(tmp_path, capsys):
+    suite = _suite(tmp_path, _methods("dpswflow_r"), epsilons=(2.0, 4.0, 8.0), seeds=(0,))
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "lightning_dpot.cli", "compare", "--config", str(suite)]
+    proc = subprocess.Popen(
+        [*command, "--output", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while not list(out.glob("cells/**/cell.json")):
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = {p: p.read_bytes() for p in out.glob("cells/**/cell.json")}
+    assert 1 <= len(finished) < 3
+    main(["compare", "--config", str(suite), "--output", str(out)])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["resumed_finished_cells"] == len(finished)
+    for path, content in finished.items():
+        assert path.read_bytes() == content  # read back, not redone
+    assert len(list(out.glob("cells/**/cell.json"))) == 3
+
+
+def test_cells_report_their_notion_and_mixed_notions_are_refused():
+    local = {"privacy": {"notion": "local", "epsilon": 5.0, "delta": 1e-5, "mechanism": "g"}}
+    central = {
+        "privacy": {
+            "notion": "central",
+            "epsilon": 4.2,
+            "delta": 1e-5,
+            "accountant": "rdp",
+            "adjacency": "replace-one",
+            "releases": 7,
+        }
+    }
+    assert cell_privacy(local)["adjacency"].startswith("any two values")
+    assert cell_privacy(central)["accountant"] == "rdp"
+    with pytest.raises(ValueError, match="notion"):
+        cell_privacy({"privacy": {"epsilon": 1.0}})
+    with pytest.raises(ValueError, match="private runs only"):
+        cell_privacy({"privacy": None})
+
+    def cell(privacy, seed):
+        return {
+            "source": "s", "method": "m", "method_class": "M", "target_epsilon": 5.0,
+            "seed": seed, "privacy": cell_privacy(privacy), "metrics": {"w2": 0.1},
+            "fit_seconds": 1.0,
+        }  # fmt: skip
+
+    with pytest.raises(ValueError, match="mixed privacy notions"):
+        aggregate([cell(local, 0), cell(central, 1)])
+    rows = aggregate([cell(local, 0), cell(local, 1)])
+    assert rows[0]["notion"] == "local" and rows[0]["epsilon"] == (5.0, 0.0)
+
+
+def test_suite_errors_name_the_key_and_the_accepted_values(tmp_path):
+    good = yaml.safe_load(_suite(tmp_path, _methods("dpswflow_r")).read_text())
+    for change, message in (
+        ({"epsilons": [0, 1]}, "epsilons must hold finite numbers > 0"),
+        ({"seeds": [-1]}, "seeds must be a non-empty list of integers >= 0"),
+        ({"delta": 2}, r"delta must lie in \(0, 1\)"),
+        ({"colour": "red"}, "unknown keys"),
+        ({"evaluation": {"fid_at_home": 1}}, "evaluation has unknown keys"),
+    ):
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump({**good, **change}))
+        with pytest.raises(ValueError, match=message):
+            load_suite(path)
+    no_epsilon = {**good, "methods": {"m": {"config": good["methods"]["dpswflow_r"]["config"]}}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(no_epsilon))
+    with pytest.raises(ValueError, match=r"must map a config key to '\{epsilon\}'"):
+        load_suite(path)
+
+
+@pytest.mark.parametrize("name", ["two_d", "mnist_shipped", "fashion_full"])
+def test_every_method_of_the_shipped_suites_builds_with_the_cells_overrides(name, tmp_path):
+    if name == "fashion_full" and not Path("/usr/share/datasets/fashion-mnist").is_dir():
+        pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+    suite = load_suite(REPO / "configs" / "compare" / f"{name}.yaml")
+    assert sorted(path.stem for path in (REPO / "configs" / "compare").glob("*.yaml")) == [
+        "fashion_full", "mnist_shipped", "two_d"
+    ]  # fmt: skip
+    for method, spec in suite.methods.items():
+        cell = next(c for c in suite.cells() if c.method == method)
+        values = suite.values(tmp_path, cell, tmp_path / "cell")
+        args = ["--config", str(spec.config), *suite.overrides(spec.set, values)]
+        cli = run_lightning([*args, "--trainer.logger=false"], run=False)
+        assert isinstance(cli.model, Generative), method
+        privacy = cli.model if isinstance(cli.model, ReleasesPrivateData) else cli.datamodule
+        assert privacy.is_private if privacy is cli.model else cli.datamodule.mechanism, method
+    for prepare in suite.prepare.values():
+        args = ["--config", str(prepare.config), *suite.overrides(prepare.set, values)]
+        run_lightning([*args, "--trainer.logger=false"], run=False)
+
+
+def test_markdown_groups_by_notion_with_the_reason(tmp_path):
+    suite = load_suite(REPO / "configs" / "compare" / "two_d.yaml")
+    row = {
+        "source": "half_circle", "method": "dp_sinkhorn", "notion": "central",
+        "target_epsilon": 5.0, "epsilon": (4.9, 0.0), "delta": 1e-5, "accountant": "rdp",
+        "adjacency": "add/remove-one", "shuffled_central_epsilon": None, "seeds": [0],
+        "metrics": {"w2": (0.2, 0.01)}, "fit_seconds": 3.0,
+    }  # fmt: skip
+    table = markdown_table(suite, [row])
+    assert "### Central DP" in table and "### Local DP" not in table
+    assert "rdp, add/remove-one" in table and NOTION_NOTE in table
