@@ -48,7 +48,7 @@ Non-private reference (ε = ∞, paper Table 1 "Non-priv Sinkhorn"): ``noise_mul
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +57,6 @@ from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.data.protocols import CentralPrivateData, require_data
 from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
-from lightning_dpot.privacy.analysis.epsilon import check_accountant
 from lightning_dpot.privacy.calibration import min_noise_multiplier
 from lightning_dpot.privacy.contract import (
     ReleasesPrivateData,
@@ -88,8 +87,9 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             steps (``trainer.max_steps`` or ``max_epochs`` × steps per epoch) at rate q is ≤ this
             (:func:`~lightning_dpot.privacy.calibration.min_noise_multiplier`); needs ``delta``
             and ``noise_multiplier=None``.
-        delta: δ of the guarantee (the accountant reads it from the sanitizer).
-        accountant: ``"rdp"`` or ``"pld"``, for the calibration.
+        delta: δ of the guarantee (the accountant reads it from the sanitizer). The
+            calibration uses RDP, the accountant ``dpot fit`` attaches, so the reported ε is the
+            one calibrated against.
         clip_norm: Δ > 0, Frobenius clip of the cross block and of the debias block (paper 0.5).
         debias_fraction: p ∈ [0, 1] (paper 0.4; official code 0.2).
         l1_weight: m ≥ 0 of the cost ‖x−y‖₂² + m‖x−y‖₁ (paper 1 MNIST, 3 Fashion-MNIST).
@@ -112,7 +112,6 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         noise_multiplier: float | None = 1.5,
         target_epsilon: float | None = None,
         delta: float | None = None,
-        accountant: Literal["rdp", "pld"] = "rdp",
         clip_norm: float = 0.5,
         debias_fraction: float = 0.4,
         l1_weight: float = 1.0,
@@ -145,7 +144,6 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
                 raise ValueError("target_epsilon needs delta, the δ of the (ε, δ) target")
             check_epsilon(target_epsilon, "target_epsilon")
         self.target_epsilon = target_epsilon
-        self.accountant = check_accountant(accountant)
         self.private = sigma > 0 or target_epsilon is not None
         self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed, secure_rng)
         self.sanitizer.delta = None if delta is None else check_delta(delta)
@@ -185,7 +183,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             steps,
             self.target_epsilon,
             self.sanitizer.delta,
-            self.accountant,
+            "rdp",
         )
 
     def privacy_context(self) -> dict[str, Any]:
