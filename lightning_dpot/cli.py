@@ -3,7 +3,7 @@
 * ``dpot fit | validate | test | predict`` — LightningCLI over any method module and datamodule
   (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir,
   and every private run has an accountant: the config's ``PrivacyAccountantCallback``, or one
-  attached that reports without a budget. A config may start from shared fragments
+  attached that enforces the method's own budget. A config may start from shared fragments
   (``__base__: [../_shared/...yaml]``, :func:`compose_config`); the command line still wins.
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.
@@ -55,7 +55,8 @@ class DpotCLI(LightningCLI):
     """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
     ``CheckpointIO`` plugin, and accounts every private run: a module that releases private
     data (:class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`) and whose config names
-    no accountant gets a reporting-only ``PrivacyAccountantCallback``. Both are added at
+    no accountant gets a ``PrivacyAccountantCallback()``, which enforces the module's own
+    ``target_epsilon`` at its release objects' δ (if it has one). Both are added at
     instantiation, so ``config.yaml`` stays as written. A ``--config`` file that names
     ``__base__`` fragments is composed first (:func:`compose_config`)."""
 

@@ -17,7 +17,7 @@ import yaml
 from lightning_dpot.cli import main, run_lightning
 from lightning_dpot.compare import load_suite
 from lightning_dpot.compare.results import NOTION_NOTE, aggregate, markdown_table
-from lightning_dpot.compare.runner import cell_privacy
+from lightning_dpot.compare.runner import cell_privacy, run_cell
 from lightning_dpot.generative import Generative
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
@@ -170,6 +170,13 @@ def test_cells_report_their_notion_and_mixed_notions_are_refused():
         aggregate([cell(local, 0), cell(central, 1)])
     rows = aggregate([cell(local, 0), cell(local, 1)])
     assert rows[0]["notion"] == "local" and rows[0]["epsilon"] == (5.0, 0.0)
+    other_delta = {"privacy": {**central["privacy"], "delta": 1e-6}}
+    with pytest.raises(ValueError, match="different privacy delta"):
+        aggregate([cell(central, 0), cell(other_delta, 1)])
+    public = {"privacy": {**central["privacy"], "module": {"poisson_seed_is_public": True}}}
+    assert cell_privacy(public)["sampling_seed_is_public"] is True
+    with pytest.raises(ValueError, match="different privacy sampling_seed_is_public"):
+        aggregate([cell(central, 0), cell(public, 1)])
 
 
 def test_suite_errors_name_the_key_and_the_accepted_values(tmp_path):
@@ -219,8 +226,48 @@ def test_markdown_groups_by_notion_with_the_reason(tmp_path):
         "source": "half_circle", "method": "dp_sinkhorn", "notion": "central",
         "target_epsilon": 5.0, "epsilon": (4.9, 0.0), "delta": 1e-5, "accountant": "rdp",
         "adjacency": "add/remove-one", "shuffled_central_epsilon": None, "seeds": [0],
-        "metrics": {"w2": (0.2, 0.01)}, "fit_seconds": 3.0,
+        "metrics": {"w2": (0.2, 0.01)}, "fit_seconds": 3.0, "sampling_seed_is_public": False,
+        "exceeds_target": False,
     }  # fmt: skip
     table = markdown_table(suite, [row])
     assert "### Central DP" in table and "### Local DP" not in table
     assert "rdp, add/remove-one" in table and NOTION_NOTE in table
+    assert "above target" not in table and "no amplification" not in table
+    flagged = {**row, "exceeds_target": True, "sampling_seed_is_public": True}
+    table = markdown_table(suite, [flagged])
+    assert "dp_sinkhorn ⚠ ε above target" in table and "not at equal privacy" in table
+    assert "public sampling seed (no amplification)" in table
+
+
+def test_a_changed_suite_is_refused_on_rerun_and_a_moved_run_directory_resumes(tmp_path, capsys):
+    path = _suite(tmp_path, _methods("dpswflow_r"), epsilons=(4.0,), seeds=(0,))
+    out = tmp_path / "out"
+    main(["compare", "--config", str(path), "--output", str(out)])
+    capsys.readouterr()
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    main(["compare", "--config", str(path), "--output", str(moved)])
+    assert json.loads(capsys.readouterr().out)["resumed_finished_cells"] == 1
+    suite = yaml.safe_load(path.read_text())
+    suite["methods"]["dpswflow_r"]["set"]["trainer.max_steps"] = 4
+    suite["evaluation"]["w2"]["repeats"] = 3
+    path.write_text(yaml.safe_dump(suite))
+    with pytest.raises(ValueError, match=r"its overrides, evaluation changed since it ran"):
+        run_cell(load_suite(path), load_suite(path).cells()[0], moved)
+
+
+def test_every_cell_is_scored_on_the_same_count_or_refused_before_training(tmp_path):
+    path = _suite(tmp_path, _methods("dpswflow_r"), epsilons=(4.0,), seeds=(0,))
+    suite = yaml.safe_load(path.read_text())
+    suite["evaluation"]["num_samples"] = 201  # the flow holds 200 particles
+    path.write_text(yaml.safe_dump(suite))
+    loaded = load_suite(path)
+    with pytest.raises(ValueError, match=r"num_samples=201 but DPSWFlowR can draw at most"):
+        run_cell(loaded, loaded.cells()[0], tmp_path / "out")
+    assert not list((tmp_path / "out").glob("cells/**/*.ckpt"))
+    assert not list((tmp_path / "out").glob("cells/**/report.json"))
+    suite["evaluation"]["num_samples"] = 200  # fixed: the cell runs (nothing ran before)
+    path.write_text(yaml.safe_dump(suite))
+    loaded = load_suite(path)
+    record = run_cell(loaded, loaded.cells()[0], tmp_path / "out")
+    assert record["metrics"]["num_samples"] == 200

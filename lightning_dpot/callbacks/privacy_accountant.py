@@ -30,15 +30,20 @@ What the callback does
   PrivacyAccountant.max_additional_steps`. ``on_train_batch_start`` re-checks as a safety net
   and raises :class:`PrivacyBudgetExceededError` before a step that would overshoot (only
   possible when ``min_steps``/``min_epochs`` keep Lightning from stopping). Without a target it
-  only accounts and reports (what ``dpot fit`` attaches to private runs whose config names no
-  accountant);
+  only accounts and reports;
+* takes the module's own budget: a module that calibrated its noise to ``target_epsilon``
+  (DP-Sinkhorn, the DPSW methods) has it enforced (the smaller one wins when the callback names
+  its own), δ comes from the release objects, and a callback ``delta`` that differs from theirs
+  is refused (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.privacy_delta`). So
+  the accountant ``dpot fit`` attaches enforces what the method's config promised;
 * keeps its state (the composed history) in checkpoints, so ``trainer.fit(ckpt_path=...)``
   continues the count exactly. A checkpoint **without** that state whose module already released
   (``global_step > 0`` or restored release counts) is refused: the earlier releases would go
   unaccounted. ``earlier_releases="as_configured"`` declares them instead: each release object's
   restored count is composed as its configured event (a module whose checkpoint holds no counts
   is refused even then). Resuming from an *older* checkpoint forgets the releases made after
-  it in another process: use the latest checkpoint of a private run;
+  it in another process: use the latest checkpoint of a private run. A resume whose module is
+  calibrated for another plan (target, δ, planned releases) than the checkpoint's is refused;
 * refuses, before anything is released, a target that the module's pre-training releases
   (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.planned_events`, DPSWflow's one
   release) would already exceed;
@@ -80,8 +85,8 @@ class PrivacyAccountantCallback(Callback):
         target_epsilon: ε that training must never exceed (> 0); ``None``: account and report
             only, never stop.
         delta: δ of the guarantee, in (0, 1); typically < 1/N for N private records. ``None``
-            takes the δ the module's release objects are calibrated for (the DPSW methods);
-            required with ``target_epsilon``.
+            takes the δ the module's release objects declare; required with
+            ``target_epsilon``. It must equal theirs when they declare one.
         accountant: accountant that drives logging and stopping, ``"rdp"`` or ``"pld"``.
         also_report: further accountants whose ε goes into :meth:`report` (end of training).
         log_every_n_steps: compute and log ε every this many steps (and at the last step).
@@ -143,6 +148,8 @@ class PrivacyAccountantCallback(Callback):
         self._budget: tuple[Any, int] | None = None
         self._swor_sizes: tuple[int | None, int | None] = (None, None)
         self._facts: dict[str, Any] = {}
+        self._plan: dict[str, Any] | None = None
+        self._restored_plan: dict[str, Any] | None = None
 
     # -- composition --------------------------------------------------------------------------
 
@@ -226,17 +233,52 @@ class PrivacyAccountantCallback(Callback):
 
     # -- Lightning hooks ----------------------------------------------------------------------
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        module = require_private(pl_module)
+    def _adopt_module_budget(self, module: ReleasesPrivateData) -> None:
+        """δ from the release objects (refusing a different one of ours) and the module's own
+        ``target_epsilon`` as the budget (the smaller, if we have one too)."""
+        name = type(module).__name__
+        declared = module.privacy_delta()
         if self.delta is None:
-            deltas = {getattr(r, "delta", None) for r in module.privacy_releases()} - {None}
-            if len(deltas) != 1:
+            if declared is None:
                 raise ValueError(
                     f"PrivacyAccountantCallback(delta=None) takes delta from the release objects "
-                    f"of {type(pl_module).__name__}, which declare none: add a "
-                    "PrivacyAccountantCallback with delta (and a target_epsilon) to the config"
+                    f"of {name}, which declare none: add a PrivacyAccountantCallback with delta "
+                    "(and a target_epsilon) to the config"
                 )
-            self.delta = deltas.pop()
+            self.delta = declared
+        elif declared is not None and declared != self.delta:
+            raise ValueError(
+                f"PrivacyAccountantCallback(delta={self.delta!r}) differs from delta="
+                f"{declared!r} that the release objects of {name} are calibrated or reported "
+                "for: one run has one (epsilon, delta) guarantee, so set the two equal (or leave "
+                "the callback's delta unset)"
+            )
+        own = module.target_epsilon
+        if own is not None and (self.target_epsilon is None or own < self.target_epsilon):
+            if self.target_epsilon is not None:
+                rank_zero_info(
+                    f"PrivacyAccountantCallback: {name} calibrated its noise for target_epsilon="
+                    f"{own}, below the callback's {self.target_epsilon}; enforcing {own}"
+                )
+            self.target_epsilon = own
+
+    def _check_plan(self, module: ReleasesPrivateData) -> None:
+        """On resume: the module's calibration must be the one the restored releases used."""
+        plan = module.calibration_plan()
+        if self._restored_plan is None or plan == self._restored_plan:
+            return
+        raise ValueError(
+            f"{type(module).__name__} resumes with its noise calibrated for {plan}, but the "
+            f"checkpoint's releases were calibrated for {self._restored_plan}: a changed "
+            "target_epsilon, delta or training length (max_steps/max_epochs) would re-calibrate "
+            "the noise mid-run. Resume with the settings of the original run"
+        )
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        module = require_private(pl_module)
+        self._adopt_module_budget(module)
+        self._check_plan(module)
+        self._plan = module.calibration_plan()
         self._events_per_step = trainer.accumulate_grad_batches
         planned = module.planned_events()
         if self.target_epsilon is not None and planned:  # before the module draws them
@@ -412,6 +454,7 @@ class PrivacyAccountantCallback(Callback):
             "swor_sizes": list(self._swor_sizes),
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
+            "calibration_plan": self._plan,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -424,6 +467,7 @@ class PrivacyAccountantCallback(Callback):
         ]
         self._swor_sizes = tuple(state_dict["swor_sizes"])
         self._restored_target = state_dict.get("target_epsilon")
+        self._restored_plan = state_dict.get("calibration_plan")
         self._restored = True
         self._budget = None
 

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> dict:
     from lightning_dpot.compare.suite import load_suite
 
     suite = load_suite(args.config)
-    out_dir = Path(args.output or Path("runs") / "compare" / suite.name)
+    out_dir = Path(args.output or Path("runs") / "compare" / suite.name).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = suite.cells()
     finished = sum((out_dir / "cells" / c.key / "cell.json").is_file() for c in cells)
@@ -63,6 +63,13 @@ def run(args: argparse.Namespace) -> dict:
             records.append(run_cell(suite, cell, out_dir))
             if not done:
                 bar.update(1)
+    above = [r["method"] + "/" + r["source"] for r in records if r["privacy"].get("exceeds_target")]
+    if above:
+        print(
+            f"dpot compare: warning: {len(above)} cell(s) reported ε above the suite's target "
+            f"({', '.join(sorted(set(above)))}); their rows are flagged, not at equal privacy",
+            file=sys.stderr,
+        )
     rows = aggregate(records)
     (out_dir / "comparison.json").write_text(
         json.dumps(comparison_record(suite, records, rows), indent=2, default=str)

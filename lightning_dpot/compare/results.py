@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_dpot.compare.suite import Suite
+from lightning_dpot.compare.suite import Cell, Suite
 
 __all__ = ["NOTION_NOTE", "aggregate", "markdown_table", "plot_metrics", "plot_samples"]
 
@@ -69,6 +69,13 @@ def aggregate(cells: list[dict]) -> list[dict]:
         notions = {c["privacy"]["notion"] for c in group}
         if len(notions) != 1:
             raise ValueError(f"{method} on {source} reports mixed privacy notions {notions}")
+        for key in ("delta", "accountant", "adjacency", "sampling_seed_is_public"):
+            seen = {repr(c["privacy"].get(key)) for c in group}
+            if len(seen) > 1:
+                raise ValueError(
+                    f"{method} on {source} at target ε={target:g}: the seeds report different "
+                    f"privacy {key} ({', '.join(sorted(seen))}); a row averages one guarantee"
+                )
         privacy = group[0]["privacy"]
         metrics = defaultdict(list)
         for cell in group:
@@ -87,6 +94,8 @@ def aggregate(cells: list[dict]) -> list[dict]:
             "shuffled_central_epsilon": _mean_std(
                 [c["privacy"].get("shuffled_central_epsilon") for c in group]
             ),
+            "sampling_seed_is_public": privacy.get("sampling_seed_is_public"),
+            "exceeds_target": any(c["privacy"].get("exceeds_target") for c in group),
             "seeds": sorted(c["seed"] for c in group),
             "metrics": {k: _mean_std(v) for k, v in metrics.items()},
             "fit_seconds": statistics.fmean(c["fit_seconds"] for c in group),
@@ -115,6 +124,15 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
         f"> {NOTION_NOTE}",
         "",
     ]
+    if len(suite.seeds) < 3:
+        lines += [f"> Only {len(suite.seeds)} seed(s): the ± is not a reliable spread.", ""]
+    above = sorted({r["method"] for r in rows if r["exceeds_target"]})
+    if above:
+        lines += [
+            f"> ⚠ {', '.join(above)}: a run reported ε above the suite's target, so its row is "
+            "not at equal privacy with the others (see the cells' report.json).",
+            "",
+        ]
     for source in dict.fromkeys(r["source"] for r in rows):
         lines += [f"## {source}", ""]
         here = [r for r in rows if r["source"] == source]
@@ -135,8 +153,11 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
                     )
                 else:
                     how = f"{row['accountant']}, {row['adjacency']}"
+                    if row["sampling_seed_is_public"]:
+                        how += "; public sampling seed (no amplification)"
+                name = row["method"] + (" ⚠ ε above target" if row["exceeds_target"] else "")
                 cells = [
-                    row["method"],
+                    name,
                     f"{row['target_epsilon']:g}",
                     _fmt(row["epsilon"], digits=4),
                     "—" if row["delta"] is None else f"{row['delta']:g}",
@@ -231,7 +252,7 @@ def plot_samples(suite: Suite, cells: list[dict], out_dir: Path, cells_dir: Path
                     == (method, source, eps, seed)
                 ]
                 if match:
-                    path = Path(match[0]["report"]).parent / "samples.pt"
+                    path = cells_dir / Cell(method, source, eps, seed).key / "samples.pt"
                     samples = torch.load(path, weights_only=True)
                     if samples.ndim == 2 and samples.shape[1] == 2:
                         _draw_support(ax, support)

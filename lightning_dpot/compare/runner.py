@@ -8,10 +8,19 @@ the privacy guarantee from the run's own ``report.json`` and writes ``cell.json`
 (atomically): a cell with ``cell.json`` is finished and never redone. An interrupted cell
 resumes from its newest checkpoint (its accountant state and cached release come back with it,
 so no private data is released twice for it).
+
+A cell is tied to what it ran: the fingerprint of its composed config, its overrides, the
+suite's δ, the evaluation settings and the prepare steps (:func:`cell_fingerprint`) is written
+to ``plan.json`` before training and into ``cell.json``. A finished or checkpointed cell whose
+fingerprint differs on a rerun (an edited config or suite) is refused, naming what changed,
+instead of mixing old and new cells in one table or resuming a checkpoint under other settings.
+Every cell is scored on the suite's ``num_samples``; a model that cannot draw that many (a
+particle flow) is refused before it trains.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -23,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import Callback
 
 from lightning_dpot.compare.suite import Cell, Suite
 from lightning_dpot.data.manifolds import CurveSource
@@ -36,7 +46,7 @@ from lightning_dpot.metrics.evaluators import (
 )
 from lightning_dpot.metrics.utility import FULL, QUICK
 
-__all__ = ["cell_privacy", "evaluate_model", "run_cell", "run_prepare"]
+__all__ = ["cell_fingerprint", "cell_privacy", "evaluate_model", "run_cell", "run_prepare"]
 
 NOTIONS = ("local", "central")
 
@@ -77,7 +87,72 @@ def cell_privacy(report: dict) -> dict:
         out["adjacency"] = section.get("adjacency")
         out["accountant"] = section.get("accountant")
         out["releases"] = section.get("releases")
+        module = section.get("module") or {}
+        public = module.get("poisson_seed_is_public", module.get("subset_seed_is_public"))
+        out["sampling_seed_is_public"] = public
     return out
+
+
+def check_sample_count(model: Any, n: int) -> None:
+    """Every cell is scored on the same number of samples: refuse a model that cannot draw
+    ``n`` (a particle flow holds ``max_samples``) instead of scoring it on fewer, since the
+    Fréchet distance and W2 are biased by the sample count."""
+    if model.max_samples is not None and model.max_samples < n:
+        raise ValueError(
+            f"evaluation.num_samples={n} but {type(model).__name__} can draw at most "
+            f"{model.max_samples} samples (its particles): lower evaluation.num_samples or raise "
+            "the method's num_particles, so that every method is scored on the same count"
+        )
+
+
+class _SampleCount(Callback):
+    """:func:`check_sample_count` once the model is set up (a flow's particles exist), before
+    the module's own ``on_fit_start`` (DPSWflow's one release) and before any step."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        check_sample_count(pl_module, self.n)
+
+
+def cell_fingerprint(suite: Suite, cell: Cell) -> dict[str, Any]:
+    """What a cell's result depends on, with the run directory left out (so a moved run
+    directory still resumes): the composed config, the overrides, δ, the evaluation settings
+    and the prepare steps; ``digest`` hashes them."""
+    from lightning_dpot.cli import compose_config
+
+    spec = suite.methods[cell.method]
+    where = Path("{out_dir}")
+    values = suite.values(where, cell, where / "cells" / cell.key)
+    parts = {
+        "config": compose_config(spec.config),
+        "overrides": suite.overrides(spec.set, values),
+        "delta": suite.delta,
+        "evaluation": suite.evaluation,
+        "prepare": {
+            name: {"config": compose_config(p.config), "set": p.set}
+            for name, p in suite.prepare.items()
+        },
+    }
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return {"digest": hashlib.sha256(text.encode()).hexdigest()[:16], "parts": parts}
+
+
+def _check_fingerprint(cell: Cell, cell_dir: Path, stored: dict | None, current: dict) -> None:
+    if stored is not None and stored.get("digest") == current["digest"]:
+        return
+    if stored is None:
+        changed = "it has no fingerprint (written by an older version)"
+    else:
+        parts = stored.get("parts", {})
+        names = [k for k in current["parts"] if parts.get(k) != current["parts"][k]]
+        changed = f"its {', '.join(names) or 'settings'} changed since it ran"
+    raise ValueError(
+        f"cell {cell.key}: {changed}; its result would not be comparable with the others. Run "
+        f"the suite into a new --output directory, or delete {cell_dir} to redo this cell "
+        "(a new private run on the same data)"
+    )
 
 
 def evaluate_model(
@@ -87,8 +162,7 @@ def evaluate_model(
     set; returns the metrics and the samples drawn (seeded by the cell's seed)."""
     reference, labels = held_out_split(datamodule)
     n = int(settings.get("num_samples", 2000))
-    if model.max_samples is not None:
-        n = min(n, model.max_samples)
+    check_sample_count(model, n)
     want_labels = "utility" in settings and model.conditional
     x, y = draw(model, n, labelled=want_labels, generator=torch.Generator().manual_seed(seed))
     metrics: dict[str, Any] = {"num_samples": int(x.shape[0])}
@@ -172,13 +246,20 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
     from lightning_dpot.cli import run_lightning
 
     cell_dir = out_dir / "cells" / cell.key
-    record_path = cell_dir / "cell.json"
+    record_path, plan_path = cell_dir / "cell.json", cell_dir / "plan.json"
+    fingerprint = cell_fingerprint(suite, cell)
     if record_path.is_file():
-        return json.loads(record_path.read_text())
+        record = json.loads(record_path.read_text())
+        _check_fingerprint(cell, cell_dir, record.get("fingerprint"), fingerprint)
+        return record
+    resumed = _newest_checkpoint(cell_dir)
+    if resumed is not None:  # resume only under the settings the checkpoint was made with
+        stored = json.loads(plan_path.read_text()) if plan_path.is_file() else None
+        _check_fingerprint(cell, cell_dir, stored, fingerprint)
     cell_dir.mkdir(parents=True, exist_ok=True)
+    _write_json(plan_path, fingerprint)
     spec = suite.methods[cell.method]
     args = [
-        "fit",
         "--config", str(spec.config),
         *suite.overrides(spec.set, suite.values(out_dir, cell, cell_dir)),
         f"--seed_everything={cell.seed}",
@@ -187,12 +268,11 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
         "--trainer.enable_progress_bar=false",
         "--trainer.enable_model_summary=false",
     ]  # fmt: skip
-    resumed = _newest_checkpoint(cell_dir)
-    if resumed is not None:
-        args.append(f"--ckpt_path={resumed}")
     start = time.perf_counter()
     with _quiet():
-        cli = run_lightning(args)
+        cli = run_lightning(args, run=False)
+        cli.trainer.callbacks.append(_SampleCount(int(suite.evaluation.get("num_samples", 2000))))
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=resumed)
         fit_seconds = time.perf_counter() - start
         report = json.loads((cell_dir / "report.json").read_text())
         privacy = cell_privacy(report)
@@ -214,6 +294,7 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
         "evaluate_seconds": round(time.perf_counter() - start, 2),
         "resumed_from": None if resumed is None else str(resumed),
         "report": str(cell_dir / "report.json"),
+        "fingerprint": fingerprint,
     }
     if not math.isfinite(privacy["epsilon"]) or privacy["epsilon"] > cell.epsilon * (1 + 1e-6):
         record["privacy"]["exceeds_target"] = True

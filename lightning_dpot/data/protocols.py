@@ -69,7 +69,11 @@ class LocalDPRelease(HeldOutData, Protocol):
 
 
 class CentralPrivateData(HeldOutData, Protocol):
-    """Raw private records behind Poisson subsampling (rate q) and declared value bounds."""
+    """Raw private records behind Poisson subsampling (rate q) and declared value bounds.
+    ``seed`` is the seed of the Poisson masks: ``None`` = secret (amplification by sampling
+    holds), an integer = public (the masks are known, so no amplification is claimed)."""
+
+    seed: int | None
 
     @property
     def sample_shape(self) -> tuple[int, ...]: ...

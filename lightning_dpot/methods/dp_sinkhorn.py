@@ -159,6 +159,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         self.sinkhorn_scaling = float(sinkhorn_scaling)
         self.num_classes: int | None = None
         self.sample_rate: float | None = None
+        self.poisson_seed_is_public: bool | None = None  # known at setup
         if self.conditional and not hasattr(generator, "num_classes"):
             raise ValueError(
                 f"conditional=True needs a generator with num_classes and forward(z, labels), "
@@ -178,6 +179,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         """σ from ``target_epsilon`` over the planned steps at the sanitizer's rate q."""
         assert self.target_epsilon is not None and self.sanitizer.sample_rate is not None
         steps = planned_releases(self.trainer, int(datamodule.steps_per_epoch))
+        self.planned_release_count = steps
         self.sanitizer.noise_multiplier = min_noise_multiplier(
             self.sanitizer.sample_rate,
             steps,
@@ -187,12 +189,11 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         )
 
     def privacy_context(self) -> dict[str, Any]:
-        datamodule = self.trainer.datamodule if self._trainer is not None else None
-        public = getattr(datamodule, "seed", None) is not None
+        public = self.poisson_seed_is_public
         return {
             "method": "DP-Sinkhorn (paper 002, Algorithm 1)",
             "poisson_seed_is_public": public,
-            "amplification_by_sampling": not public,
+            "amplification_by_sampling": None if public is None else not public,
         }
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -287,8 +288,8 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         if self.private:
             self.sample_rate = float(datamodule.sample_rate)
             # Masks from a public seed are known: no amplification by sampling is claimed.
-            public = getattr(datamodule, "seed", None) is not None
-            self.sanitizer.sample_rate = 1.0 if public else self.sample_rate
+            self.poisson_seed_is_public = datamodule.seed is not None
+            self.sanitizer.sample_rate = 1.0 if self.poisson_seed_is_public else self.sample_rate
             if self.target_epsilon is not None:
                 self._calibrate(datamodule)
         if self.num_cross is None:

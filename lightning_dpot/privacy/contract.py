@@ -14,12 +14,17 @@ The flow, in one line per part::
 * A **method** subclasses :class:`ReleasesPrivateData` and names its release objects in
   :meth:`~ReleasesPrivateData.privacy_releases`. That is all it must write; the mixin derives
   the rest. Its optional :meth:`~ReleasesPrivateData.privacy_context` adds facts about the
-  method (e.g. whether the Poisson seed is public).
+  method (e.g. whether the Poisson seed is public). A method that calibrates its noise to a
+  budget sets ``target_epsilon``; its release objects declare the ``delta`` of the guarantee.
 * The **accountant** (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`) composes
   exactly the drained events, checks that its count equals the release objects' own totals, and
   is the only writer of ``privacy_report.json`` and of the ``privacy`` section of
-  ``report.json``. ``dpot fit`` attaches one (reporting only, no budget) to every private run
-  whose config names none.
+  ``report.json``. ``dpot fit`` attaches one to every private run whose config names none.
+* The **budget** is the module's own: the accountant enforces the module's ``target_epsilon``
+  (the smaller one, if the callback names its own) at the δ the release objects declare
+  (:meth:`ReleasesPrivateData.privacy_delta`), and refuses a callback whose δ differs. So a
+  run calibrated for ``T`` releases that is asked to make more (a longer resume) stops at the
+  target instead of passing it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class Release(Protocol):
 
     events: EventLog
     is_private: bool  # False only for the non-private reference (no noise)
+    delta: float | None  # δ of the guarantee the noise is calibrated or reported for
 
     @property
     def event(self) -> PrivacyEvent | None:
@@ -56,6 +62,12 @@ class Release(Protocol):
 
 class ReleasesPrivateData:
     """Mixin for a LightningModule whose training touches private data (module docstring)."""
+
+    #: ε the module calibrated its noise to spend over its planned releases (``None``: the
+    #: noise was given). The accountant enforces it as the run's budget.
+    target_epsilon: float | None = None
+    #: the number of releases that calibration planned for (set when it calibrates).
+    planned_release_count: int | None = None
 
     def privacy_releases(self) -> Sequence[Release]:
         """The release objects this module calls; the only thing a method must implement."""
@@ -69,6 +81,17 @@ class ReleasesPrivateData:
     def is_private(self) -> bool:
         """Whether any release adds noise (False: the non-private reference run)."""
         return any(release.is_private for release in self.privacy_releases())
+
+    def privacy_delta(self) -> float | None:
+        """The one δ the release objects declare (``None``: none does). Raises ``ValueError``
+        when they declare different ones: one run has one (ε, δ) guarantee."""
+        deltas = {r.delta for r in self.privacy_releases() if r.delta is not None}
+        if len(deltas) > 1:
+            raise ValueError(
+                f"the release objects of {type(self).__name__} declare different deltas "
+                f"{sorted(deltas)}: one run has one (epsilon, delta) guarantee"
+            )
+        return deltas.pop() if deltas else None
 
     def next_step_events(self) -> list[PrivacyEvent]:
         """The events one training batch will emit, for the budget's look-ahead. Default: one
@@ -92,7 +115,20 @@ class ReleasesPrivateData:
     def privacy_facts(self) -> dict[str, Any]:
         """The facts of every release object and of the method, for the report."""
         releases = [release.facts() for release in self.privacy_releases()]
-        return {**self.privacy_context(), "releases": releases}
+        facts = {**self.privacy_context(), "releases": releases}
+        plan = self.calibration_plan()
+        return facts if plan is None else {**facts, "calibrated_for": plan}
+
+    def calibration_plan(self) -> dict[str, Any] | None:
+        """What the noise was calibrated for: ``target_epsilon``, ``delta`` and the planned
+        number of releases (``None`` when the noise was given)."""
+        if self.target_epsilon is None:
+            return None
+        return {
+            "target_epsilon": self.target_epsilon,
+            "delta": self.privacy_delta(),
+            "planned_releases": self.planned_release_count,
+        }
 
 
 def warn_if_unaccounted(module: ReleasesPrivateData) -> None:
@@ -151,12 +187,16 @@ def look_ahead_step(module: ReleasesPrivateData) -> SubsampledGaussianStep | Non
 
 
 def planned_releases(trainer: Any, steps_per_epoch: int) -> int:
-    """Training batches of the run, one release each (optimizer steps × accumulation)."""
+    """Training batches of the run, one release each: the first limit Lightning reaches of
+    ``max_steps`` (optimizer steps × accumulation) and ``max_epochs × steps_per_epoch``."""
+    limits = []
     if trainer.max_steps is not None and trainer.max_steps > 0:
-        return int(trainer.max_steps) * int(trainer.accumulate_grad_batches)
-    if trainer.max_epochs is None or trainer.max_epochs < 0:
+        limits.append(int(trainer.max_steps) * int(trainer.accumulate_grad_batches))
+    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
+        limits.append(int(trainer.max_epochs) * steps_per_epoch)
+    if not limits:
         raise ValueError(
             "target_epsilon needs a finite training length to calibrate σ: set trainer.max_steps "
             "or trainer.max_epochs"
         )
-    return int(trainer.max_epochs) * steps_per_epoch
+    return min(limits)

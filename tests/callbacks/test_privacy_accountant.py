@@ -23,7 +23,7 @@ from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
 from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
 from lightning_dpot.privacy.calibration import largest_count_within, max_steps
-from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.privacy.contract import ReleasesPrivateData, planned_releases
 from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
 
 SIGMA, Q, DELTA, TARGET = 2.0, 0.1, 1e-5, 1.5  # 10 Poisson steps per epoch over 100 records
@@ -40,10 +40,11 @@ def _quiet_lightning():
 class ToyRelease:
     """A release object (lightning_dpot.privacy.contract): each call emits one SGM step."""
 
-    def __init__(self, step: dict | None) -> None:
+    def __init__(self, step: dict | None, delta: float | None = None) -> None:
         self.step = step
         self.events = EventLog()
         self.is_private = step is not None
+        self.delta = delta
 
     @property
     def event(self) -> SubsampledGaussianStep | None:
@@ -456,3 +457,42 @@ def test_a_release_count_never_goes_down_within_a_process():
         log.emit(SubsampledGaussianStep(SIGMA, Q))
     log.load_state_dict(saved)
     assert log.total == 8 and log.pending == []
+
+
+def test_the_modules_own_target_is_the_budget_of_a_callback_without_one(tmp_path):
+    """A module that calibrated its noise to ``target_epsilon`` has it enforced by the accountant
+    ``dpot fit`` attaches (no target of its own); the callback's looser target loses to it."""
+    for callback in (PrivacyAccountantCallback(delta=DELTA), PrivacyAccountantCallback(9.0, DELTA)):
+        module = ToyDPModule()
+        module.target_epsilon = TARGET
+        make_trainer(tmp_path, [callback]).fit(module)
+        assert callback.target_epsilon == TARGET and callback.stopped_by_budget
+        assert callback.accountant.steps == max_steps(SIGMA, Q, TARGET, DELTA)
+        assert callback.epsilon() <= TARGET
+        assert callback.report()["module"]["calibrated_for"]["target_epsilon"] == TARGET
+
+
+def test_a_callback_delta_other_than_the_release_objects_is_refused(tmp_path):
+    module = ToyDPModule()
+    module.release.delta = 1e-5
+    with pytest.raises(ValueError, match=r"delta=1e-06\) differs from delta=1e-05"):
+        make_trainer(tmp_path, [PrivacyAccountantCallback(delta=1e-6)]).fit(module)
+    callback = PrivacyAccountantCallback()  # no delta: the release objects' one
+    make_trainer(tmp_path, [callback], max_steps=2).fit(module)
+    assert callback.delta == 1e-5 and callback.report()["delta"] == 1e-5
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"max_steps": 30}, 30),
+        ({"max_steps": 30, "accumulate_grad_batches": 2}, 60),
+        ({"max_epochs": 2}, 20),
+        ({"max_epochs": 2, "max_steps": 30}, 20),  # Lightning stops at the first limit
+        ({"max_epochs": 5, "max_steps": 30}, 30),
+    ],
+)
+def test_planned_releases_is_the_first_limit_lightning_reaches(tmp_path, limits, expected):
+    options = {"max_epochs": None, "max_steps": -1, **limits}
+    trainer = make_trainer(tmp_path, [], **options)
+    assert planned_releases(trainer, steps_per_epoch=10) == expected

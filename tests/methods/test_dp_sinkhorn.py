@@ -377,3 +377,32 @@ def test_public_poisson_masks_claim_no_amplification(tmp_path: Path):
     assert module.sanitizer.event.sample_rate == 1.0
     assert accountant.epsilon() == pytest.approx(subsampled_gaussian_epsilon(SIGMA, 1.0, 2, DELTA))
     assert accountant.report()["module"]["amplification_by_sampling"] is False
+
+
+def test_target_epsilon_is_enforced_and_a_resume_with_another_plan_is_refused(tmp_path: Path):
+    """σ calibrated for 3 planned steps at ε = 2: an accountant without a target (what dpot fit
+    attaches) enforces ε = 2 and reports the plan; resuming with max_steps = 6 would re-calibrate
+    σ mid-run, so it is refused before any step."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    checkpoints = tmp_path / "ckpt"
+    accountant = PrivacyAccountantCallback()
+    module = tiny_module(noise_multiplier=None, target_epsilon=2.0, delta=DELTA)
+    tiny_trainer(
+        tmp_path / "a",
+        [accountant, ModelCheckpoint(checkpoints, save_last=True, save_top_k=0)],
+        max_steps=3,
+        enable_checkpointing=True,
+    ).fit(module, CentralDPDataModule(TinyImages(200), Q))
+    report = accountant.report()
+    assert accountant.target_epsilon == 2.0 and report["target_epsilon"] == 2.0
+    assert report["delta"] == DELTA and report["epsilon"] <= 2.0
+    assert report["module"]["calibrated_for"] == {
+        "target_epsilon": 2.0, "delta": DELTA, "planned_releases": 3,
+    }  # fmt: skip
+    resumed = tiny_module(noise_multiplier=None, target_epsilon=2.0, delta=DELTA)
+    with pytest.raises(ValueError, match="calibrated for"):
+        tiny_trainer(tmp_path / "b", [PrivacyAccountantCallback()], max_steps=6).fit(
+            resumed, CentralDPDataModule(TinyImages(200), Q), ckpt_path=checkpoints / "last.ckpt"
+        )
+    assert resumed.releases_emitted() == 3  # nothing new was released

@@ -81,7 +81,7 @@ def release_spy(monkeypatch):
 
 
 def test_dpswflow_releases_target_exactly_once_and_epsilon_does_not_grow(tmp_path, release_spy):
-    accountant = PrivacyAccountantCallback()  # reporting only; δ from the release object
+    accountant = PrivacyAccountantCallback()  # what dpot fit attaches; δ from the release object
     model = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_sigma=2.0)
     _trainer(tmp_path, 10, [accountant]).fit(model, _toy())
     eps_after_10 = accountant.epsilon()

@@ -302,6 +302,7 @@ class DPSWFlow(_ParticleFlow):
             sigma = gaussian_sigma(
                 self.target_epsilon, self.release.delta, self.release.sensitivity(self.dim)
             )
+            self.planned_release_count = 1
         self.release.calibrate(sigma, self.dim)
 
     def on_fit_start(self) -> None:
@@ -416,7 +417,7 @@ class DPSWFlowR(_ParticleFlow):
         self.batches = BatchReleases(self.release, self.seed)
 
     def calibrate(self, datamodule: Any) -> None:
-        self.batches.bind(
+        self.planned_release_count = self.batches.bind(
             type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
         )
 

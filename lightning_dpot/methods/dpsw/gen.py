@@ -97,7 +97,7 @@ class DPSWGen(SlicedReleaseModule):
         self.dim = int(datamodule.latent_dim)
         # Kept out of the module's state (the frozen public autoencoder belongs to stage 1).
         self.__dict__["_autoencoder"] = datamodule.autoencoder
-        self.batches.bind(
+        self.planned_release_count = self.batches.bind(
             type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
         )
 

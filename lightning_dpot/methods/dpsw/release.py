@@ -55,9 +55,10 @@ class BatchReleases:
         trainer: L.Trainer,
         target_epsilon: float | None,
         accountant: str,
-    ) -> None:
+    ) -> int | None:
         """Check the datamodule's sampling and calibrate σ (from ``target_epsilon`` over the
-        planned steps, or as given) for ``b`` of ``n`` records per step."""
+        planned steps, or as given) for ``b`` of ``n`` records per step. Returns the planned
+        number of releases the calibration used (``None``: σ was given)."""
         if getattr(datamodule, "sample_rate", None) is not None:
             raise ValueError(
                 f"{name} releases one noisy row per sampled record, so Poisson sampling "
@@ -78,7 +79,7 @@ class BatchReleases:
         self.datamodule = datamodule
         # A subset drawn from a public seed is known: account b of b (no amplification).
         n_accounted = b if self.subset_seed_is_public() else n
-        sigma = self.release.noise_sigma
+        sigma, steps = self.release.noise_sigma, None
         if target_epsilon is not None:
             steps = planned_releases(trainer, datamodule.steps_per_epoch)
             multiplier = min_noise_multiplier(
@@ -91,6 +92,7 @@ class BatchReleases:
             )
             sigma = multiplier * self.release.sensitivity(int(dim))
         self.release.calibrate(sigma, int(dim), dataset_size=n_accounted, batch_size=b)
+        return steps
 
     def batch(self, step: int, device: torch.device) -> Tensor:
         """This rank's rows ``rank, rank + W, ...`` of step ``step``'s batch."""
