@@ -17,7 +17,7 @@ import yaml
 from lightning_dpot.cli import main, run_lightning
 from lightning_dpot.compare import load_suite
 from lightning_dpot.compare.results import NOTION_NOTE, aggregate, markdown_table
-from lightning_dpot.compare.runner import cell_privacy, run_cell
+from lightning_dpot.compare.runner import cell_fingerprint, cell_privacy, run_cell, run_prepare
 from lightning_dpot.generative import Generative
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
@@ -271,3 +271,16 @@ def test_every_cell_is_scored_on_the_same_count_or_refused_before_training(tmp_p
     loaded = load_suite(path)
     record = run_cell(loaded, loaded.cells()[0], tmp_path / "out")
     assert record["metrics"]["num_samples"] == 200
+
+
+def test_a_prepare_step_is_reused_only_under_its_own_fingerprint(tmp_path):
+    """A finished prepare step (e.g. the DPSW autoencoder) is reused as it is only when its config
+    and overrides are unchanged; otherwise the cells that use it would mix two versions."""
+    suite = load_suite(REPO / "configs" / "compare" / "mnist_shipped.yaml")
+    run_dir = tmp_path / "prepare" / "autoencoder"
+    run_dir.mkdir(parents=True)
+    digest = cell_fingerprint(suite, suite.cells()[0])["parts"]["prepare"]["autoencoder"]
+    (run_dir / "done.json").write_text(json.dumps({"digest": "0" * 16}))
+    with pytest.raises(ValueError, match="prepare step 'autoencoder': its config or overrides"):
+        run_prepare(suite, "autoencoder", tmp_path)
+    assert digest["set"] == suite.prepare["autoencoder"].set

@@ -56,6 +56,7 @@ What the callback does
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -246,7 +247,7 @@ class PrivacyAccountantCallback(Callback):
                     "(and a target_epsilon) to the config"
                 )
             self.delta = declared
-        elif declared is not None and declared != self.delta:
+        elif declared is not None and not math.isclose(declared, self.delta, rel_tol=1e-9):
             raise ValueError(
                 f"PrivacyAccountantCallback(delta={self.delta!r}) differs from delta="
                 f"{declared!r} that the release objects of {name} are calibrated or reported "
@@ -335,12 +336,15 @@ class PrivacyAccountantCallback(Callback):
         self.stopped_by_budget = False
         if not self._restored:
             self._account_earlier(trainer, module)
+        self._check_plan(module)  # again: some strategies restore callbacks after on_fit_start
         self._drain(module)
         if self._restored_target is not None and self._restored_target != self.target_epsilon:
-            rank_zero_info(
+            warnings.warn(
                 f"PrivacyAccountantCallback: target_epsilon changed on resume from "
                 f"{self._restored_target} to {self.target_epsilon}; the {self.releases} "
-                "restored releases still count"
+                "restored releases still count",
+                UserWarning,
+                stacklevel=2,
             )
         if self.target_epsilon is None:
             return

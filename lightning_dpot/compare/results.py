@@ -56,6 +56,7 @@ def _cell_metrics(cell: dict) -> dict[str, float]:
     utility = metrics.pop("utility", None)
     if isinstance(utility, dict) and utility:
         metrics["utility_mean"] = statistics.fmean(utility.values())
+        metrics.update({f"utility_{name}": acc for name, acc in utility.items()})
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
 
 
@@ -94,6 +95,7 @@ def aggregate(cells: list[dict]) -> list[dict]:
             "shuffled_central_epsilon": _mean_std(
                 [c["privacy"].get("shuffled_central_epsilon") for c in group]
             ),
+            "shuffled_central_delta": privacy.get("shuffled_central_delta"),
             "sampling_seed_is_public": privacy.get("sampling_seed_is_public"),
             "exceeds_target": any(c["privacy"].get("exceeds_target") for c in group),
             "seeds": sorted(c["seed"] for c in group),
@@ -137,6 +139,10 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
         lines += [f"## {source}", ""]
         here = [r for r in rows if r["source"] == source]
         present = [m for m in METRICS if any(r["metrics"].get(m[0]) for r in here)]
+        per_classifier = sorted(
+            {k for r in here for k in r["metrics"] if k.startswith("utility_")} - {"utility_mean"}
+        )
+        present += [(k, f"acc. {k.removeprefix('utility_')} ↑", False) for k in per_classifier]
         for notion in ("local", "central"):
             group = [r for r in rows if r["source"] == source and r["notion"] == notion]
             if not group:
@@ -148,8 +154,11 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
             for row in sorted(group, key=lambda r: (r["target_epsilon"], r["method"])):
                 if notion == "local":
                     shuffled = row["shuffled_central_epsilon"]
+                    shuffled_delta = row.get("shuffled_central_delta")
                     how = "per record" + (
-                        f"; shuffled: central ε {shuffled[0]:.3g}" if shuffled else ""
+                        f"; shuffled: central (ε, δ) = ({shuffled[0]:.3g}, {shuffled_delta:g})"
+                        if shuffled and shuffled_delta is not None
+                        else ""
                     )
                 else:
                     how = f"{row['accountant']}, {row['adjacency']}"
@@ -172,7 +181,8 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
 
 def plot_metrics(rows: list[dict], out_dir: Path) -> list[Path]:
     """``<source>_<metric>.png``: the metric against the target ε (log axis), one line per
-    method with ±1 std error bars; solid for local DP, dashed for central DP."""
+    method with ±1 std error bars, in one panel per privacy notion (local and central ε are not
+    the same currency, so they never share an axis)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,32 +192,36 @@ def plot_metrics(rows: list[dict], out_dir: Path) -> list[Path]:
     written = []
     for source in dict.fromkeys(r["source"] for r in rows):
         for key, title, _ in METRICS:
-            series = [r for r in rows if r["source"] == source and key in r["metrics"]]
-            if not series:
+            series = [r for r in rows if r["source"] == source and r["metrics"].get(key)]
+            notions = [n for n in NOTION_TITLES if any(r["notion"] == n for r in series)]
+            if not notions:
                 continue
-            fig, ax = plt.subplots(figsize=(5.0, 3.6))
-            for method in dict.fromkeys(r["method"] for r in series):
-                points = sorted(
-                    (r for r in series if r["method"] == method), key=lambda r: r["target_epsilon"]
+            fig, axes = plt.subplots(
+                1, len(notions), figsize=(5.0 * len(notions), 3.6), squeeze=False
+            )
+            for ax, notion in zip(axes[0], notions, strict=True):
+                here = [r for r in series if r["notion"] == notion]
+                for method in dict.fromkeys(r["method"] for r in here):
+                    points = sorted(
+                        (r for r in here if r["method"] == method),
+                        key=lambda r: r["target_epsilon"],
+                    )
+                    ax.errorbar(
+                        [r["target_epsilon"] for r in points],
+                        [r["metrics"][key][0] for r in points],
+                        yerr=[r["metrics"][key][1] for r in points],
+                        label=method,
+                        marker="o",
+                        capsize=3,
+                    )
+                ax.set_xscale("log")
+                ax.set_xlabel(
+                    "per-record local ε" if notion == "local" else "central (ε, δ): target ε"
                 )
-                points = [r for r in points if r["metrics"][key] is not None]
-                if not points:
-                    continue
-                notion = points[0]["notion"]
-                ax.errorbar(
-                    [r["target_epsilon"] for r in points],
-                    [r["metrics"][key][0] for r in points],
-                    yerr=[r["metrics"][key][1] for r in points],
-                    label=f"{method} ({notion})",
-                    linestyle="-" if notion == "local" else "--",
-                    marker="o",
-                    capsize=3,
-                )
-            ax.set_xscale("log")
-            ax.set_xlabel("target ε (local: per record; central: (ε, δ))")
-            ax.set_ylabel(title)
-            ax.set_title(f"{source}: {title}")
-            ax.legend(fontsize=7)
+                ax.set_title(f"{source}: {notion} DP", fontsize=10)
+                ax.legend(fontsize=7)
+            for ax in axes[0]:
+                ax.set_ylabel(title)
             fig.tight_layout()
             path = out_dir / f"{source}_{key}.png"
             fig.savefig(path, dpi=120)

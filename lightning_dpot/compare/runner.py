@@ -7,7 +7,7 @@ scores them with :mod:`lightning_dpot.metrics.evaluators` against the raw held-o
 the privacy guarantee from the run's own ``report.json`` and writes ``cell.json`` last
 (atomically): a cell with ``cell.json`` is finished and never redone. An interrupted cell
 resumes from its newest checkpoint (its accountant state and cached release come back with it,
-so no private data is released twice for it).
+so the count continues; a cell killed before its first checkpoint starts over).
 
 A cell is tied to what it ran: the fingerprint of its composed config, its overrides, the
 suite's δ, the evaluation settings and the prepare steps (:func:`cell_fingerprint`) is written
@@ -49,6 +49,11 @@ from lightning_dpot.metrics.utility import FULL, QUICK
 __all__ = ["cell_fingerprint", "cell_privacy", "evaluate_model", "run_cell", "run_prepare"]
 
 NOTIONS = ("local", "central")
+
+#: Version of the evaluation protocol (the runner's code, not the suite): part of every cell's
+#: fingerprint, so cells scored under an older protocol are never mixed with newer ones.
+#: 2: the classifier-FD reference is the half of the held-out split the classifier never saw.
+PROTOCOL_VERSION = 2
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -126,17 +131,26 @@ def cell_fingerprint(suite: Suite, cell: Cell) -> dict[str, Any]:
     where = Path("{out_dir}")
     values = suite.values(where, cell, where / "cells" / cell.key)
     parts = {
+        "protocol": PROTOCOL_VERSION,
         "config": compose_config(spec.config),
         "overrides": suite.overrides(spec.set, values),
         "delta": suite.delta,
         "evaluation": suite.evaluation,
-        "prepare": {
-            name: {"config": compose_config(p.config), "set": p.set}
-            for name, p in suite.prepare.items()
-        },
+        "prepare": {name: prepare_fingerprint(suite, name) for name in suite.prepare},
     }
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return {"digest": hashlib.sha256(text.encode()).hexdigest()[:16], "parts": parts}
+    return {"digest": _digest(parts), "parts": parts}
+
+
+def prepare_fingerprint(suite: Suite, name: str) -> dict[str, Any]:
+    """What a prepare step's output depends on: its composed config and overrides."""
+    from lightning_dpot.cli import compose_config
+
+    spec = suite.prepare[name]
+    return {"config": compose_config(spec.config), "set": spec.set}
+
+
+def _digest(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _check_fingerprint(cell: Cell, cell_dir: Path, stored: dict | None, current: dict) -> None:
@@ -175,7 +189,16 @@ def evaluate_model(
     if "frechet" in settings:
         options = {"feature_extractor": "classifier", **(settings["frechet"] or {})}
         frechet = FrechetEvaluator(**options)
-        frechet.set_reference(reference, labels, cache_dir=cache_dir)
+        fd_reference, fd_labels = reference, labels
+        trains_classifier = frechet.classifier_path is None and labels is not None
+        if frechet.feature_extractor == "classifier" and trains_classifier:
+            # The feature classifier is trained on one half of the held-out split and the
+            # Fréchet reference is the other half: features never fitted to the reference.
+            order = torch.randperm(reference.shape[0], generator=torch.Generator().manual_seed(0))
+            train, fd_part = order[: len(order) // 2], order[len(order) // 2 :]
+            frechet.build_classifier(reference[train], labels[train], cache_dir)
+            fd_reference, fd_labels = reference[fd_part], labels[fd_part]
+        frechet.set_reference(fd_reference, fd_labels, cache_dir=cache_dir)
         metrics.update(frechet.score(x))
     if "utility" in settings:
         options = dict(settings["utility"] or {})
@@ -222,7 +245,15 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
 
     spec = suite.prepare[name]
     run_dir = out_dir / "prepare" / name
+    digest = _digest(prepare_fingerprint(suite, name))
     if (run_dir / "done.json").is_file():
+        if json.loads((run_dir / "done.json").read_text()).get("digest") != digest:
+            raise ValueError(
+                f"prepare step {name!r}: its config or overrides changed since it ran (or it was "
+                "written by an older version); the cells that use it would mix two versions. "
+                f"Run the suite into a new --output directory, or delete {run_dir} and the "
+                "cells that use it"
+            )
         return run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     args = [
@@ -237,7 +268,8 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
     start = time.perf_counter()
     with _quiet():
         run_lightning(args)
-    _write_json(run_dir / "done.json", {"seconds": round(time.perf_counter() - start, 2)})
+    done = {"seconds": round(time.perf_counter() - start, 2), "digest": digest}
+    _write_json(run_dir / "done.json", done)
     return run_dir
 
 
@@ -296,7 +328,12 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
         "report": str(cell_dir / "report.json"),
         "fingerprint": fingerprint,
     }
-    if not math.isfinite(privacy["epsilon"]) or privacy["epsilon"] > cell.epsilon * (1 + 1e-6):
-        record["privacy"]["exceeds_target"] = True
+    delta = privacy.get("delta")
+    if (
+        not math.isfinite(privacy["epsilon"])
+        or privacy["epsilon"] > cell.epsilon * (1 + 1e-6)
+        or (delta is not None and delta > suite.delta * (1 + 1e-9))
+    ):
+        record["privacy"]["exceeds_target"] = True  # (ε, δ) above the suite's target
     _write_json(record_path, record)
     return record

@@ -119,6 +119,27 @@ class ReleasesPrivateData:
         plan = self.calibration_plan()
         return facts if plan is None else {**facts, "calibrated_for": plan}
 
+    def privacy_plan(self) -> dict[str, Any]:
+        """How the noise is set up, for checkpoints: :meth:`calibration_plan` and the event each
+        release object emits (σ, q, sizes)."""
+        releases = self.privacy_releases()
+        events = [None if r.event is None else r.event.as_dict() for r in releases]
+        return {"calibrated_for": self.calibration_plan(), "events": events}
+
+    def check_restored_plan(self, stored: dict[str, Any] | None) -> None:
+        """Refuse to resume with noise set up otherwise than for the checkpoint's releases: a
+        changed target, δ, training length or sample rate re-calibrates σ, and the earlier
+        releases would then be accounted at the new σ. ``None`` (a checkpoint written before
+        plans were saved) is accepted."""
+        if stored is None or stored == self.privacy_plan():
+            return
+        raise ValueError(
+            f"{type(self).__name__} resumes with its noise set up as {self.privacy_plan()}, but "
+            f"the checkpoint's releases were made as {stored}: a changed target_epsilon, delta, "
+            "training length (max_steps/max_epochs) or sample rate would re-calibrate the noise "
+            "mid-run. Resume with the settings of the original run"
+        )
+
     def calibration_plan(self) -> dict[str, Any] | None:
         """What the noise was calibrated for: ``target_epsilon``, ``delta`` and the planned
         number of releases (``None`` when the noise was given)."""

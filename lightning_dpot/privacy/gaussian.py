@@ -37,7 +37,10 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) ->
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Smallest σ with ``analytic_gaussian_delta(σ, ε, Δ) ≤ δ`` (bisection, rel. tol 1e-12)."""
+    """Smallest σ with ``analytic_gaussian_delta(σ, ε, Δ) ≤ δ`` (root finding, rel. tol 1e-12),
+    then 1e-9 relative above the root: brentq's root may lie on either side within its
+    tolerance, and the step makes the returned σ the safe side, so that the ε
+    :func:`analytic_gaussian_epsilon` reports for it never exceeds ``epsilon``."""
     epsilon, delta = check_epsilon(epsilon), check_delta(delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     # δ(σ) decreases in σ; bracket the root in units of Δ.
@@ -51,7 +54,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
         xtol=1e-14,
         rtol=1e-12,
     )
-    return root * sensitivity
+    return root * (1.0 + 1e-9) * sensitivity
 
 
 def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
@@ -65,7 +68,7 @@ def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float) ->
     while analytic_gaussian_delta(sigma, hi, sensitivity) > delta:
         hi *= 2.0
     return brentq(
-        lambda e: analytic_gaussian_delta(sigma, e, sensitivity) - delta, 0.0, hi, xtol=1e-12
+        lambda e: analytic_gaussian_delta(sigma, e, sensitivity) - delta, 0.0, hi, xtol=1e-15
     )
 
 

@@ -235,7 +235,8 @@ def test_target_may_change_on_resume_and_counts_the_restored_steps(tmp_path, fin
 
     raised = PrivacyAccountantCallback(2.0, DELTA)
     trainer = make_trainer(tmp_path, [raised])
-    trainer.fit(ToyDPModule(), ckpt_path=checkpoint)
+    with pytest.warns(UserWarning, match="target_epsilon changed on resume from 1.5 to 2.0"):
+        trainer.fit(ToyDPModule(), ckpt_path=checkpoint)
     assert trainer.global_step == raised.accountant.steps == max_steps(SIGMA, Q, 2.0, DELTA)
 
     lowered = PrivacyAccountantCallback(1.0, DELTA)

@@ -401,8 +401,23 @@ def test_target_epsilon_is_enforced_and_a_resume_with_another_plan_is_refused(tm
         "target_epsilon": 2.0, "delta": DELTA, "planned_releases": 3,
     }  # fmt: skip
     resumed = tiny_module(noise_multiplier=None, target_epsilon=2.0, delta=DELTA)
-    with pytest.raises(ValueError, match="calibrated for"):
+    with pytest.raises(ValueError, match="re-calibrate the noise"):
         tiny_trainer(tmp_path / "b", [PrivacyAccountantCallback()], max_steps=6).fit(
             resumed, CentralDPDataModule(TinyImages(200), Q), ckpt_path=checkpoints / "last.ckpt"
         )
-    assert resumed.releases_emitted() == 3  # nothing new was released
+    assert resumed.releases_emitted() == 0  # refused while restoring: nothing released
+    # Without accountant state ("as_configured"), the module's own checkpointed plan refuses it.
+    declared = PrivacyAccountantCallback(earlier_releases="as_configured")
+    with pytest.raises(ValueError, match="re-calibrate the noise"):
+        tiny_trainer(tmp_path / "c", [declared], max_steps=6).fit(
+            tiny_module(noise_multiplier=None, target_epsilon=2.0, delta=DELTA),
+            CentralDPDataModule(TinyImages(200), Q),
+            ckpt_path=_without_callback_state(checkpoints / "last.ckpt", tmp_path / "bare.ckpt"),
+        )
+
+
+def _without_callback_state(source: Path, target: Path) -> Path:
+    checkpoint = torch.load(source, weights_only=False)
+    checkpoint.pop("callbacks", None)
+    torch.save(checkpoint, target)
+    return target

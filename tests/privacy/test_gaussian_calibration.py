@@ -90,3 +90,14 @@ def test_refuses_nonpositive_sensitivity(sens):
 def test_refuses_unknown_calibration():
     with pytest.raises(ValueError, match="calibration must be one of"):
         gaussian_sigma(1.0, 1e-5, 1.0, "exact")
+
+
+@pytest.mark.parametrize("delta", [1e-9, 1e-6, 1e-5, 1e-4])
+def test_the_calibrated_sigma_is_on_the_safe_side_of_the_round_trip(delta):
+    """The accountant compares a one-shot release's ε with the module's own target, so the ε
+    of the calibrated σ must never come back above the target, not even by rounding."""
+    for epsilon in (0.01, 0.1, 1.0, 3.3, 10.0, 50.0):
+        for sensitivity in (0.5, 2.0, 3.7):
+            sigma = gaussian_sigma(epsilon, delta, sensitivity)
+            assert gaussian_epsilon(sigma, delta, sensitivity) <= epsilon
+            assert gaussian_epsilon(sigma, delta, sensitivity) == pytest.approx(epsilon, rel=1e-6)

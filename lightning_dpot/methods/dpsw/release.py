@@ -59,14 +59,14 @@ class BatchReleases:
         """Check the datamodule's sampling and calibrate σ (from ``target_epsilon`` over the
         planned steps, or as given) for ``b`` of ``n`` records per step. Returns the planned
         number of releases the calibration used (``None``: σ was given)."""
-        if getattr(datamodule, "sample_rate", None) is not None:
+        if datamodule.sample_rate is not None:
             raise ValueError(
                 f"{name} releases one noisy row per sampled record, so Poisson sampling "
                 f"(sample_rate={datamodule.sample_rate!r}) would make the batch size part of the "
                 "output, which its add/remove accounting does not cover: set the datamodule's "
                 "batch_size (fixed size b, drawn without replacement) and sample_rate=None"
             )
-        if getattr(datamodule, "batch_size", None) is None:
+        if datamodule.batch_size is None:
             raise ValueError(
                 f"{name} releases a fixed-size minibatch drawn without replacement every step: "
                 "set the datamodule's batch_size (an integer b in [1, n])"
