@@ -43,7 +43,8 @@ What the callback does
   restored count is composed as its configured event (a module whose checkpoint holds no counts
   is refused even then). Resuming from an *older* checkpoint forgets the releases made after
   it in another process: use the latest checkpoint of a private run. A resume whose module is
-  calibrated for another plan (target, δ, planned releases) than the checkpoint's is refused;
+  calibrated for another plan (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.
+  privacy_plan`: target, δ, planned releases, σ, q) than the checkpoint's is refused;
 * refuses, before anything is released, a target that the module's pre-training releases
   (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.planned_events`, DPSWflow's one
   release) would already exceed;
@@ -263,23 +264,11 @@ class PrivacyAccountantCallback(Callback):
                 )
             self.target_epsilon = own
 
-    def _check_plan(self, module: ReleasesPrivateData) -> None:
-        """On resume: the module's calibration must be the one the restored releases used."""
-        plan = module.calibration_plan()
-        if self._restored_plan is None or plan == self._restored_plan:
-            return
-        raise ValueError(
-            f"{type(module).__name__} resumes with its noise calibrated for {plan}, but the "
-            f"checkpoint's releases were calibrated for {self._restored_plan}: a changed "
-            "target_epsilon, delta or training length (max_steps/max_epochs) would re-calibrate "
-            "the noise mid-run. Resume with the settings of the original run"
-        )
-
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
         self._adopt_module_budget(module)
-        self._check_plan(module)
-        self._plan = module.calibration_plan()
+        module.check_restored_plan(self._restored_plan)
+        self._plan = module.privacy_plan()
         self._events_per_step = trainer.accumulate_grad_batches
         planned = module.planned_events()
         if self.target_epsilon is not None and planned:  # before the module draws them
@@ -336,7 +325,8 @@ class PrivacyAccountantCallback(Callback):
         self.stopped_by_budget = False
         if not self._restored:
             self._account_earlier(trainer, module)
-        self._check_plan(module)  # again: some strategies restore callbacks after on_fit_start
+        # Again: some strategies restore callback state only after on_fit_start.
+        module.check_restored_plan(self._restored_plan)
         self._drain(module)
         if self._restored_target is not None and self._restored_target != self.target_epsilon:
             warnings.warn(
@@ -458,7 +448,7 @@ class PrivacyAccountantCallback(Callback):
             "swor_sizes": list(self._swor_sizes),
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
-            "calibration_plan": self._plan,
+            "privacy_plan": self._plan,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -471,7 +461,7 @@ class PrivacyAccountantCallback(Callback):
         ]
         self._swor_sizes = tuple(state_dict["swor_sizes"])
         self._restored_target = state_dict.get("target_epsilon")
-        self._restored_plan = state_dict.get("calibration_plan")
+        self._restored_plan = state_dict.get("privacy_plan")
         self._restored = True
         self._budget = None
 

@@ -198,14 +198,12 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["privacy_releases"] = self.sanitizer.events.state_dict()
-        if self.private:
-            checkpoint["privacy_plan"] = self.privacy_plan()
+        checkpoint["privacy_plan"] = self.privacy_plan()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # After setup: σ is already calibrated for this run's plan, so compare it with the plan
         # the restored releases were made under (also when no accountant state comes back).
-        if self.private:
-            self.check_restored_plan(checkpoint.get("privacy_plan"))
+        self.check_restored_plan(checkpoint.get("privacy_plan"))
         self.sanitizer.events.load_state_dict(checkpoint["privacy_releases"])
 
     # -- generation -----------------------------------------------------------------------------

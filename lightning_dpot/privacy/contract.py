@@ -119,18 +119,20 @@ class ReleasesPrivateData:
         plan = self.calibration_plan()
         return facts if plan is None else {**facts, "calibrated_for": plan}
 
-    def privacy_plan(self) -> dict[str, Any]:
-        """How the noise is set up, for checkpoints: :meth:`calibration_plan` and the event each
-        release object emits (σ, q, sizes)."""
-        releases = self.privacy_releases()
-        events = [None if r.event is None else r.event.as_dict() for r in releases]
-        return {"calibrated_for": self.calibration_plan(), "events": events}
+    def privacy_plan(self) -> dict[str, Any] | None:
+        """How calibrated noise is set up, for checkpoints: :meth:`calibration_plan` and the
+        event each release object emits (σ, q, sizes); ``None`` when the noise was given."""
+        plan = self.calibration_plan()
+        if plan is None:
+            return None
+        events = [None if r.event is None else r.event.as_dict() for r in self.privacy_releases()]
+        return {"calibrated_for": plan, "events": events}
 
     def check_restored_plan(self, stored: dict[str, Any] | None) -> None:
         """Refuse to resume with noise set up otherwise than for the checkpoint's releases: a
         changed target, δ, training length or sample rate re-calibrates σ, and the earlier
-        releases would then be accounted at the new σ. ``None`` (a checkpoint written before
-        plans were saved) is accepted."""
+        releases would then be accounted at the new σ. ``None`` (given noise, or a checkpoint
+        written before plans were saved) is accepted."""
         if stored is None or stored == self.privacy_plan():
             return
         raise ValueError(
