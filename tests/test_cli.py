@@ -1,6 +1,7 @@
 """The `dpot` command: a tiny fit of the quickstart config, privatize, account calibrate."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def _tiny_fit_args(tmp_path, config="configs/quickstart.yaml"):
         f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}",
         "--data.init_args.source.init_args.n=2000",
         "--data.init_args.batch_size=500",
+        "--model.init_args.generated_batch_size=500",
         f"--data.init_args.cache_dir={tmp_path / 'cache'}",
     ]
 
@@ -33,24 +35,25 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(
     assert not [w for w in recwarn if "args parameter is intended" in str(w.message)]
     out = capsys.readouterr().err
     assert "dpot fit finished" in out  # the end-of-run summary (stderr: stdout is for data)
-    assert "privacy: local DP, ε=5, δ=0.0001 per record (gaussian)" in out
+    assert "privacy: local DP, ε=2.5 per record (laplace)" in out
     assert "report.json" in out and "final metrics: " in out and "manifold_error=" in out
     (run_dir,) = (tmp_path / "runs").iterdir()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["method"] == "EntropicWGAN"
-    assert report["privacy"]["mechanism"] == "gaussian"
-    assert report["privacy"]["epsilon"] == 5.0
-    assert report["privacy"]["sensitivity_l2"] == 2.0
+    assert report["privacy"]["mechanism"] == "laplace"
+    assert report["privacy"]["epsilon"] == 2.5
+    # the arc's ℓ1 diameter
+    assert report["privacy"]["sensitivity_l1"] == pytest.approx(1 + math.sqrt(2))
+    assert report["privacy"]["noise_scale"] == pytest.approx((1 + math.sqrt(2)) / 2.5)
     assert report["loss"]["regularization"] == "entropic"
-    assert report["loss"]["entropic_reg"] == pytest.approx(
-        2 * report["privacy"]["noise_scale"] ** 2
-    )
+    assert report["loss"]["p"] == 1  # Theorem 1: the ℓ1 cost for Laplace noise, λ = b
+    assert report["loss"]["entropic_reg"] == pytest.approx(report["privacy"]["noise_scale"])
     assert report["metrics"]["manifold_error"] >= 0
     assert Path(report["config_path"]).is_file()
     assert (run_dir / "scatter.png").is_file()
     main(["report", str(run_dir)])  # the report as a table, one dotted key per line
     table = capsys.readouterr().out.splitlines()
-    assert any(line.split() == ["privacy.epsilon", "5"] for line in table)
+    assert any(line.split() == ["privacy.epsilon", "2.5"] for line in table)
     assert any(line.startswith("metrics.manifold_error ") for line in table)
 
 
@@ -279,3 +282,14 @@ def test_every_experiment_names_its_run_after_its_file_and_every_fragment_is_use
 
     used = {base for path in experiments for base in bases(path)}
     assert {p.resolve() for p in (configs / "_shared").rglob("*.yaml")} <= used
+
+
+def test_the_summary_names_delta_only_for_approximate_dp():
+    from lightning_dpot.commands.report import _privacy_line
+
+    local = {"kind": "local", "epsilon": 5.0, "mechanism": "gaussian", "delta": 1e-4}
+    assert _privacy_line({"privacy": local}) == (
+        "privacy: local DP, ε=5, δ=0.0001 per record (gaussian)"
+    )
+    pure = {**local, "mechanism": "laplace", "delta": None}
+    assert _privacy_line({"privacy": pure}) == "privacy: local DP, ε=5 per record (laplace)"

@@ -44,8 +44,9 @@ def _privacy_line(report: dict) -> str:
     if "kind" in privacy:  # local DP: the release's own guarantee
         total = (privacy.get("ledger") or {}).get("all_releases_of_these_records")
         spent = "" if not total else f"; all releases of these records: ε={total['epsilon']:.4g}"
+        delta = "" if not privacy.get("delta") else f", δ={privacy['delta']}"  # pure ε-DP
         return (
-            f"privacy: local DP, ε={privacy['epsilon']:.4g}, δ={privacy['delta']} per record "
+            f"privacy: local DP, ε={privacy['epsilon']:.4g}{delta} per record "
             f"({privacy['mechanism']}){spent}"
         )
     epsilon = privacy.get("epsilon")
