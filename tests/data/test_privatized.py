@@ -191,6 +191,18 @@ def test_batch_size_larger_than_release_is_refused(tmp_path):
         dm.train_dataloader()
 
 
+def test_an_epoch_of_minibatches_is_the_release_once_in_a_fresh_order(tmp_path):
+    dm = _dm(tmp_path, batch_size=100)
+    dm.setup("fit")
+    epochs = [list(dm.train_dataloader()) for _ in range(2)]
+    for batches in epochs:
+        assert len(batches) == 5
+        assert all(len(batch) == 1 and batch[0].shape == (100, 2) for batch in batches)
+        records = torch.cat([batch[0] for batch in batches])
+        assert torch.equal(records[records[:, 0].argsort()], dm.release[dm.release[:, 0].argsort()])
+    assert not torch.equal(epochs[0][0][0], epochs[1][0][0])
+
+
 def test_release_file_rejects_foreign_files(tmp_path):
     torch.save({"x": torch.zeros(2)}, tmp_path / "foreign.pt")
     with pytest.raises(ValueError, match="not a lightning_dpot release"):
