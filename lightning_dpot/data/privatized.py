@@ -59,7 +59,8 @@ class Records(TensorDataset):
     """Released records, fetched a minibatch at a time: torch's ``__getitems__`` protocol hands
     the sampler's whole index list to one indexing op per tensor, instead of indexing and
     re-stacking record by record (2,000 2-D records: 0.8 ms instead of 19 ms per batch on two
-    CPU threads). Pair it with :func:`one_batch` as ``collate_fn``."""
+    CPU threads). ``__getitems__`` returns the whole batch as one item, so the loader must use
+    :func:`one_batch` as ``collate_fn``."""
 
     def __getitems__(self, indices: list[int]) -> list[tuple[Tensor, ...]]:
         index = torch.as_tensor(indices, dtype=torch.long)
@@ -68,6 +69,8 @@ class Records(TensorDataset):
 
 def one_batch(items: list[tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
     """The collate function of :class:`Records`: its one already batched item."""
+    if len(items) != 1:
+        raise ValueError(f"one_batch collates Records' single batched item, got {len(items)} items")
     return items[0]
 
 
