@@ -15,10 +15,12 @@ pair's sum is within the relative remainder ρ, hence so is the whole sum, and
 
 This script measures that error against the exact dense softmin at the benchmark's sizes and
 scales (``bench_ot_backends.py``: [−1, 1]² against the half-circle plus Gaussian noise σ = 1.59,
-ε = 2σ², geomloss' cluster side diameter / (√2 · √2000)), on one thread, in float64 so that the
-truncation error is not hidden under float32 rounding (≈ 1e-6 here).
+ε = 2σ², geomloss' cluster side diameter / (√2 · √2000)), on one thread, by default in float64 so
+that the truncation error is not hidden under float32 rounding (≈ 1e-6 here). With ``--keops``
+it also times the solver's exact KeOps pass (:func:`lightning_dpot.ot.keops.keops_softmin`).
 
-    python benchmarks/cluster_expansion_check.py [--n 20000]
+    python benchmarks/cluster_expansion_check.py [--n 20000] [--dtype float32] [--side-factor 2]
+        [--keops]
 """
 
 from __future__ import annotations
@@ -73,22 +75,19 @@ def expanded_softmin(
         monomials += [v[:, 0] ** 2, 2 * v[:, 0] * v[:, 1], v[:, 1] ** 2]
     moments = [torch.zeros(nk, nl).index_add_(1, ky, w * mono) for mono in monomials]
     log_mass = top + moments[0].log()
+    ratios = [q / moments[0] for q in moments[1:]]  # Σ w v^α / Σ w, per (K, L)
     out = torch.empty(len(x))
     for s in range(0, len(x), chunk):
         k, ui = kx[s : s + chunk], u[s : s + chunk]
-        d = cx[k][:, None, :] - cy[None]
-        expo = (
-            log_mass[k]
-            - (d.square().sum(2) + ui.square().sum(1, keepdim=True) + 2 * (d * ui[:, None]).sum(2))
-            / eps
-        )
-        terms = torch.zeros_like(expo)  # Σ_j w_j (e^{2⟨u, v_j⟩/ε} − 1), to the order
-        if order >= 1:
-            terms += 2 * (ui[:, :1] * moments[1][k] + ui[:, 1:] * moments[2][k]) / eps
-        if order >= 2:
-            uu = [ui[:, :1] ** 2, ui[:, :1] * ui[:, 1:], ui[:, 1:] ** 2]
-            terms += 2 * sum(a * q[k] for a, q in zip(uu, moments[3:], strict=True)) / eps**2
-        out[s : s + chunk] = -eps * torch.logsumexp(expo + torch.log1p(terms / moments[0][k]), 1)
+        # |d|² + |u|² + 2⟨d, u⟩ = |x − c_L|²: one distance matrix to y's centroids.
+        expo = log_mass[k] - torch.cdist(x[s : s + chunk], cy).square() / eps
+        if order >= 1:  # log Σ_j w_j e^{2⟨u, v_j⟩/ε} − log Σ_j w_j, to the order
+            terms = 2 * (ui[:, :1] * ratios[0][k] + ui[:, 1:] * ratios[1][k]) / eps
+            if order >= 2:
+                uu = [ui[:, :1] ** 2, ui[:, :1] * ui[:, 1:], ui[:, 1:] ** 2]
+                terms += 2 * sum(a * q[k] for a, q in zip(uu, ratios[2:], strict=True)) / eps**2
+            expo += torch.log1p(terms)
+        out[s : s + chunk] = -eps * torch.logsumexp(expo, 1)
     t = 2 * float(rx.max()) * float(ry.max()) / eps
     rho = t ** (order + 1) / math.factorial(order + 1) * math.exp(t)
     return out, -math.log1p(-rho)
@@ -98,14 +97,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--sigma", type=float, default=1.59)
+    parser.add_argument(
+        "--dtype",
+        choices=("float64", "float32"),
+        default="float64",
+        help="float64 measures the truncation error; float32 the solver's speed (its rounding, "
+        "about 1e-6 here, hides the order-2 error)",
+    )
+    parser.add_argument(
+        "--side-factor",
+        type=float,
+        default=1.0,
+        help="cluster side as a multiple of geomloss' default (coarser: faster, larger bound)",
+    )
+    parser.add_argument("--keops", action="store_true", help="also time the exact KeOps pass")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float64)
+    torch.set_default_dtype(getattr(torch, args.dtype))
     n, sigma = args.n, args.sigma
     eps = 2 * sigma**2
     diameter = 2 * 2**0.5 + 8 * sigma * 2**0.5
-    side = diameter / (2**0.5 * 2000**0.5)
+    side = args.side_factor * diameter / (2**0.5 * 2000**0.5)
     x = torch.rand(n, 2) * 2 - 1
     angle = torch.rand(n) * math.pi
     y = torch.stack([angle.cos(), angle.sin()], 1) + sigma * torch.randn(n, 2)
@@ -117,6 +130,15 @@ def main() -> None:
     start = time.perf_counter()
     exact = exact_softmin(x, y, h, eps)
     rows = {"n": n, "eps": eps, "cluster_side": side, "exact_seconds": time.perf_counter() - start}
+    if args.keops:
+        from lightning_dpot.ot.costs import lp_cost
+        from lightning_dpot.ot.keops import keops_softmin
+
+        keops_softmin(lp_cost(2), x[:10], y[:10], h[:10], eps)  # compile (cached on disk)
+        start = time.perf_counter()
+        keops = keops_softmin(lp_cost(2), x, y, h, eps)
+        rows["keops_exact_seconds"] = time.perf_counter() - start
+        rows["keops_max_error_over_eps"] = float(((keops - exact).abs() / eps).max())
     (_, cx, _, rx), (_, cy, _, ry) = grid_clusters(x, side), grid_clusters(y, side)
     rows["clusters"] = [len(cx), len(cy)]
     rows["max_radii"] = [float(rx.max()), float(ry.max())]
