@@ -62,7 +62,13 @@ def run_one(case: str, impl: str, repeats: int, device: str) -> dict:
     from lightning_dpot.ot import EntropicOT, lp_cost
 
     info = None
-    if impl.startswith("ours-"):
+    if impl == "ours-truncated":  # multiscale with the truncated KeOps kernel, never Taylor
+        loss = EntropicOT(p, reg, diameter, backend="multiscale")
+        loss.solver.taylor = False
+
+        def call(xr):
+            return loss(xr, y)
+    elif impl.startswith("ours-"):
         loss = EntropicOT(p, reg, diameter, backend=impl[5:])
 
         def call(xr):
@@ -146,7 +152,7 @@ def _skip_reason(impl: str, n: int, m: int, dim: int, p: int, args) -> str | Non
         return "geomloss multiscale: d <= 3 and no ℓ1 KeOps cost"
     if impl == "geomloss-online" and p == 1:
         return "geomloss online: no ℓ1 KeOps cost"
-    if impl == "ours-multiscale" and dim > 3:
+    if impl in ("ours-multiscale", "ours-truncated") and dim > 3:
         return "multiscale: d <= 3"
     if impl == "pot" and n * m > args.max_pot_pairs:
         return f"POT dense float64 log-domain: more than {args.max_pot_pairs:g} pairs"

@@ -15,8 +15,9 @@ row-marginal violation of the plan π_ij = a_i b_j e^{(f_i + g_j − C_ij)/λ},
 
     err = ‖π1 − a‖₁ = Σ_i a_i |e^{(f_i − f̃_i)/λ} − 1|,   f̃ = the next f-update,
 
-is at most ``tol`` (the column marginal is exact after each g-update), or ``max_iter`` sweeps
-are spent. :class:`SinkhornInfo` reports which.
+is at most ``tol``, or ``max_iter`` sweeps are spent; each sweep at λ starts with the
+g-update, so the column marginal of (f, g) is exact, also on the first. :class:`SinkhornInfo`
+reports which.
 
 **Value and gradient.** The loop runs without autograd. A last update with gradients,
 f = T(g*) with C(x, y.detach()) and g = T(f*) with C(x.detach(), y), gives the dual value
@@ -28,16 +29,25 @@ the plan of (f, g*) whose rows sum exactly to a (geomloss' "last extrapolation")
 * ``tensorized``: the dense ``N × M`` cost, computed once per solve; each sweep reuses one
   preallocated ``N × M`` buffer (no fresh temporaries per iteration).
 * ``online``: KeOps reductions, O(N + M) memory in any dimension, CPU and GPU.
-* ``multiscale`` (d ≤ 3): points are clustered on a grid of side ``cluster_scale``; the
-  annealing runs on the cluster centroids while ε > cluster_scale^p, the potentials are then
-  extrapolated to the points and the kernel is truncated to the cluster pairs with
-  f_k + g_l > C_kl − truncate·ε (Schmitzer 2016; geomloss' multiscale scheme); the remaining
-  sweeps run block-sparse on the points.
+* ``multiscale`` (d ≤ 3), one of two kernels on the points, both after annealing on the
+  centroids of a grid clustering:
+
+  - p = 2 (``taylor``): the certified Taylor cluster expansion of
+    :mod:`lightning_dpot.ot.expansion`, with cells sized so that its relative error ρ at λ is at
+    most ``tol``/10, wherever it needs at most N·M/4 kernel evaluations (λ wide against the
+    spread of the clouds, where truncation would keep every cluster pair). The centroids'
+    problem is solved to ``tol`` at λ and extrapolated to the points; the sweeps at λ then run
+    through the expansion, and ρ is added to the marginal error they report (:func:`_converge`).
+  - otherwise: clusters of side ``cluster_scale``; the annealing runs on their centroids while
+    ε > cluster_scale^p, the potentials are then extrapolated to the points and the KeOps kernel
+    is truncated to the cluster pairs with f_k + g_l > C_kl − truncate·ε (Schmitzer 2016;
+    geomloss' multiscale scheme); the remaining sweeps run block-sparse on the points.
 * ``auto``: on the CPU, ``multiscale`` for d ≤ 3 above ``2^20`` pairs, ``online`` when the
   dense solve would need more than ``dense_memory_limit`` bytes (1 GiB), else ``tensorized``. On
   a GPU the dense sweeps are fast (2,000 × 400,000 points, p = 2: 0.6 s on an H100), so ``auto``
   stays dense while the solve fits in half the free device memory and only then takes
-  ``multiscale`` (d ≤ 3) or ``online``. Without a working KeOps it warns once and stays dense.
+  ``multiscale`` (d ≤ 3) or ``online``. Without a working KeOps it warns once and stays dense
+  (an explicit ``multiscale`` whose Taylor kernel applies is plain torch and runs anyway).
   On a GPU, each KeOps kernel is first compiled and run in a child process
   (:func:`~lightning_dpot.ot.keops.keops_cuda_error`): a CUDA toolchain KeOps cannot use crashes
   that child, not the training run.
@@ -53,7 +63,15 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_dpot.ot.costs import GroundCost
+from lightning_dpot.ot.costs import GroundCost, LpCost
+from lightning_dpot.ot.expansion import (
+    CHUNK_ELEMENTS,
+    ORDER,
+    Grid,
+    expanded_softmin,
+    expansion_side,
+    remainder,
+)
 from lightning_dpot.ot.keops import (
     KEOPS_MISSING,
     block_sparse_ranges,
@@ -71,8 +89,11 @@ MULTISCALE_MIN_PAIRS = 2**20
 
 @dataclass(frozen=True)
 class SinkhornInfo:
-    """What one solve did: the backend, the annealing sweeps, the sweeps at the target ε, the
-    final row-marginal violation ‖π1 − a‖₁ and whether it met ``tolerance``."""
+    """What one solve did: the backend and its kernel (``dense``, ``keops``,
+    ``keops-truncated`` or ``taylor-2``), the annealing sweeps, the sweeps at the target ε, the
+    final row-marginal violation ‖π1 − a‖₁ and whether it met ``tolerance``. ``kernel_error``
+    is the kernel's certified relative error ρ at λ (0 for exact kernels); ``marginal_error``
+    already includes it."""
 
     backend: str
     annealing_steps: int
@@ -80,6 +101,8 @@ class SinkhornInfo:
     marginal_error: float
     tolerance: float
     converged: bool
+    kernel: str
+    kernel_error: float
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -110,10 +133,15 @@ class _DenseKernel:
     """C held densely (no autograd), one reusable ``N × M`` work buffer for the sweeps; the
     differentiable pass recomputes C(x, y.detach()) or C(x.detach(), y)."""
 
+    name = "dense"
+
     def __init__(self, cost: GroundCost, x: Tensor, y: Tensor) -> None:
         self.cost, self.x, self.y = cost, x, y
         self.matrix = cost(x.detach(), y.detach())
         self.buffer = torch.empty_like(self.matrix)
+
+    def relative_error(self, eps: float) -> float:
+        return 0.0
 
     def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
         torch.add(h_y[None, :], self.matrix, alpha=-1.0 / eps, out=self.buffer)
@@ -137,6 +165,10 @@ class _KeOpsKernel:
     def __init__(self, cost: GroundCost, x: Tensor, y: Tensor, ranges=(None, None)) -> None:
         self.cost, self.x, self.y = cost, x, y
         self.ranges_xy, self.ranges_yx = ranges
+        self.name = "keops" if ranges[0] is None else "keops-truncated"
+
+    def relative_error(self, eps: float) -> float:
+        return 0.0
 
     def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
         return keops_softmin(self.cost, self.x.detach(), self.y.detach(), h_y, eps, self.ranges_xy)
@@ -153,29 +185,68 @@ class _KeOpsKernel:
             return keops_softmin(self.cost, self.y, self.x.detach(), h_x, eps, self.ranges_yx)
 
 
+class _TaylorKernel:
+    """The p = 2 softmin through the certified cluster expansion of
+    :mod:`lightning_dpot.ot.expansion`, on the clouds sorted into its grid cells (differentiable
+    gathers of x and y)."""
+
+    name = f"taylor-{ORDER}"
+
+    def __init__(self, x: Tensor, y: Tensor, grid_x: Grid, grid_y: Grid) -> None:
+        self.grid_x, self.grid_y = grid_x, grid_y
+        with torch.enable_grad():
+            self.x, self.y = x[grid_x.perm], y[grid_y.perm]
+
+    def relative_error(self, eps: float) -> float:
+        """ρ: every pair's weight, hence every sum of the softmin, within this relative error."""
+        return remainder(2 * self.grid_x.radius * self.grid_y.radius / eps)
+
+    def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
+        return expanded_softmin(self.x, self.grid_x, self.grid_y, h_y, eps, with_grad=False)
+
+    def softmin_y(self, eps: float, h_x: Tensor) -> Tensor:
+        return expanded_softmin(self.y, self.grid_y, self.grid_x, h_x, eps, with_grad=False)
+
+    def softmin_x_grad(self, eps: float, h_y: Tensor) -> Tensor:
+        grad = self.x.requires_grad
+        return expanded_softmin(self.x, self.grid_x, self.grid_y, h_y, eps, with_grad=grad)
+
+    def softmin_y_grad(self, eps: float, h_x: Tensor) -> Tensor:
+        grad = self.y.requires_grad
+        return expanded_softmin(self.y, self.grid_y, self.grid_x, h_x, eps, with_grad=grad)
+
+
 def _anneal(kernel, log_a: Tensor, log_b: Tensor, f: Tensor, g: Tensor, eps_list: list[float]):
+    """One Sinkhorn sweep (f, then g) at each ε of ``eps_list``; returns (f, g)."""
     for eps in eps_list:
         f = kernel.softmin_x(eps, log_b + g / eps)
         g = kernel.softmin_y(eps, log_a + f / eps)
     return f, g
 
 
-def _converge(kernel, log_a, log_b, f, g, eps: float, tol: float, max_iter: int, grad: bool):
+def _converge(kernel, log_a, log_b, f, eps: float, tol: float, max_iter: int, grad: bool):
     """Sinkhorn sweeps at ε until ‖π1 − a‖₁ ≤ tol.
 
-    Each sweep first computes f̃ = T(g), which measures the row violation of (f, g); on success
-    (or at ``max_iter``) it returns ``(f̃, f, g, sweeps, error)`` with g = T(f), so that
-    (f̃, g) is the final dual pair. With ``grad`` (KeOps kernels) f̃ carries gradients to x.
+    Each sweep computes g = T(f), so that the columns of the plan of (f, g) sum exactly to b,
+    then f̃ = T(g), which measures its row violation; on success (or at ``max_iter``) it
+    returns ``(f̃, f, g, sweeps, error)``, and (f̃, g) is the final dual pair. With ``grad``
+    (KeOps and Taylor kernels) f̃ carries gradients to x. A kernel whose sums are within a
+    relative ρ of the exact ones computes e^{(f − f̃)/ε} within a factor in [1/(1 + ρ),
+    1/(1 − ρ)] of the exact value, so the violation it measures, err̂, bounds the true one by
+    err̂ + (1 + err̂)·ρ/(1 − ρ); that bound is what is tested and returned.
     """
     a = log_a.exp()
+    slack = kernel.relative_error(eps)
+    slack /= 1 - slack
     softmin_x = kernel.softmin_x_grad if grad else kernel.softmin_x
     for sweep in range(1, max_iter + 1):
+        g = kernel.softmin_y(eps, log_a + f / eps)
         f_next = softmin_x(eps, log_b + g / eps)
-        error = float((a * torch.expm1((f - f_next.detach()) / eps).abs()).sum())
+        measured = float((a * torch.expm1((f - f_next.detach()) / eps).abs()).sum())
+        error = measured + (1 + measured) * slack
         if error <= tol or sweep == max_iter:
             return f_next, f, g, sweep, error
         f = f_next.detach()
-        g = kernel.softmin_y(eps, log_a + f / eps)
     raise AssertionError("unreachable: max_iter >= 1")
 
 
@@ -195,6 +266,10 @@ class EntropicSolver:
         cluster_scale: multiscale grid side (default diameter / (√d · 2000^{1/d}), geomloss').
         dense_memory_limit: bytes above which ``auto`` leaves the dense backend (default: 1 GiB
             on the CPU, half the free memory of a GPU).
+        taylor: multiscale with the p = 2 cost: use the certified Taylor cluster expansion
+            (:mod:`~lightning_dpot.ot.expansion`, cells sized for ρ ≤ tol/10 at λ) where it
+            needs at most a quarter of the N·M kernel evaluations, and the truncated KeOps
+            kernel otherwise (always, with ``False``).
         warn_not_converged: warn (once) when a solve misses ``tol``.
     """
 
@@ -211,6 +286,7 @@ class EntropicSolver:
         truncate: float = 10.0,
         cluster_scale: float | None = None,
         dense_memory_limit: float | None = None,
+        taylor: bool = True,
         warn_not_converged: bool = True,
     ) -> None:
         if backend not in BACKENDS:
@@ -234,6 +310,7 @@ class EntropicSolver:
             if dense_memory_limit is None
             else check_positive("dense_memory_limit", dense_memory_limit)
         )
+        self.taylor = bool(taylor)
         self._keops_failed = False
         self._warned_not_converged = not warn_not_converged
 
@@ -274,15 +351,19 @@ class EntropicSolver:
         y = y.to(x.dtype)
         n, m, dim = x.shape[0], y.shape[0], x.shape[1]
         backend = self.choose_backend(n, m, dim, x.device, x.element_size())
-        if backend in ("online", "multiscale"):
-            error = keops_import_error()
-            if error is not None:
-                raise RuntimeError(KEOPS_MISSING.format(backend=backend, err=error))
-            if backend == "multiscale" and dim > 3:
+        if backend == "multiscale":
+            if dim > 3:
                 raise ValueError(
                     f"backend='multiscale' is for dimension d <= 3, got d = {dim}; "
                     "use 'online' (any dimension, O(N + M) memory) or 'auto'"
                 )
+            grids = self._taylor_grids(x, y)
+            if grids is not None:  # plain torch: no KeOps kernel to compile or check
+                return self._solve(backend, x, y, grids)
+        if backend in ("online", "multiscale"):
+            error = keops_import_error()
+            if error is not None:
+                raise RuntimeError(KEOPS_MISSING.format(backend=backend, err=error))
             if x.is_cuda:
                 error = keops_cuda_error(self.cost, dim, x.dtype, x.device)
                 if error is not None and self.backend != "auto":
@@ -309,24 +390,29 @@ class EntropicSolver:
                 backend = "tensorized"
         return self._solve(backend, x, y)
 
-    def _solve(self, backend: str, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo]:
+    def _solve(
+        self, backend: str, x: Tensor, y: Tensor, grids: tuple[Grid, Grid] | None = None
+    ) -> tuple[Tensor, SinkhornInfo]:
+        """One solve on ``backend``; ``grids`` (multiscale only) selects the Taylor kernel."""
         eps_list = epsilon_schedule(self.diameter, self.reg, self.p, self.scaling)
         eps = self.reg
         log_a = x.new_full((x.shape[0],), -math.log(x.shape[0]))
         log_b = x.new_full((y.shape[0],), -math.log(y.shape[0]))
         with torch.no_grad():
-            if backend == "multiscale":
-                kernel, f, g = self._multiscale_start(x, y, log_a, log_b, eps_list)
+            if grids is not None:
+                kernel, f = self._taylor_start(x, y, grids, eps_list)
+            elif backend == "multiscale":
+                kernel, f = self._truncated_start(x, y, log_a, log_b, eps_list)
             else:
                 kernel = (_DenseKernel if backend == "tensorized" else _KeOpsKernel)(
                     self.cost, x, y
                 )
                 f = torch.zeros_like(log_a)
                 g = kernel.softmin_y(eps_list[0], log_a)
-                f, g = _anneal(kernel, log_a, log_b, f, g, eps_list[:-1])
+                f, _ = _anneal(kernel, log_a, log_b, f, g, eps_list[:-1])
             keops = backend != "tensorized"
             f_final, f, g, sweeps, error = _converge(
-                kernel, log_a, log_b, f, g, eps, self.tol, self.max_iter, grad=keops
+                kernel, log_a, log_b, f, eps, self.tol, self.max_iter, grad=keops
             )
         # The dual pair (f_final, g), g = T(f): gradients to x through f_final = T(g), to y
         # through g (module docstring).
@@ -342,6 +428,8 @@ class EntropicSolver:
             marginal_error=error,
             tolerance=self.tol,
             converged=error <= self.tol,
+            kernel=kernel.name,
+            kernel_error=kernel.relative_error(eps),
         )
         if not info.converged and not self._warned_not_converged:
             self._warned_not_converged = True
@@ -359,28 +447,61 @@ class EntropicSolver:
             return self.cluster_scale
         return self.diameter / (math.sqrt(dim) * 2000 ** (1.0 / dim))
 
-    def _multiscale_start(self, x, y, log_a, log_b, eps_list: list[float]):
+    def _taylor_start(self, x: Tensor, y: Tensor, grids: tuple[Grid, Grid], eps_list):
+        """The Taylor kernel on the clouds' grids (:meth:`_taylor_grids`) and f on the points:
+        the centroids' problem solved to ``tol`` at λ, its g extrapolated to the points."""
+        grid_x, grid_y = grids
+        _, gc, _ = self._coarse_solve(
+            grid_x.means, grid_y.means, grid_x.weights.log(), grid_y.weights.log(), eps_list
+        )
+        kernel = _TaylorKernel(x, y, grid_x, grid_y)
+        eps = eps_list[-1]
+        h = grid_y.weights.log() + gc / eps
+        return kernel, _dense_softmin(kernel.x.detach(), grid_y.means, h, eps)
+
+    def _taylor_grids(self, x: Tensor, y: Tensor) -> tuple[Grid, Grid] | None:
+        """The two clouds' grids for the Taylor kernel, or ``None`` where it does not apply
+        (not the p = 2 cost, or ``taylor=False``) or would need more than N·M/4 evaluations (or
+        more grid cubes than int64 keys can tell apart)."""
+        if not (self.taylor and isinstance(self.cost, LpCost) and self.cost.p == 2):
+            return None
+        n, m = x.shape[0], y.shape[0]
+        side = expansion_side(self.reg, x.shape[1], self.tol / 10)
+        if not (Grid.fits(x.detach(), side) and Grid.fits(y.detach(), side)):
+            return None
+        grid_x, grid_y = Grid(x.detach(), side), Grid(y.detach(), side)
+        if len(grid_x) * m + n * len(grid_y) > n * m / 4:
+            return None
+        return grid_x, grid_y
+
+    def _coarse_solve(self, xc, yc, log_ac, log_bc, eps_list: list[float]):
+        """Anneal the weighted centroids' problem (dense) over ``eps_list``; where the list ends
+        at λ, converge to ``tol`` there. Returns the centroids' potentials."""
+        coarse = _DenseKernel(self.cost, xc, yc)
+        fc = torch.zeros_like(log_ac)
+        gc = coarse.softmin_y(eps_list[0], log_ac)
+        fc, gc = _anneal(coarse, log_ac, log_bc, fc, gc, eps_list)
+        if eps_list[-1] == self.reg:
+            _, fc, gc, _, _ = _converge(
+                coarse, log_ac, log_bc, fc, self.reg, self.tol, self.max_iter, grad=False
+            )
+        return fc, gc, coarse
+
+    def _truncated_start(self, x, y, log_a, log_b, eps_list: list[float]):
         """Anneal on the cluster centroids while ε > cluster_scale^p (to convergence when the
         whole schedule stays above it), truncate the kernel to the cluster pairs that carry
         mass, extrapolate the potentials to the points and finish the schedule there.
 
         Returns the block-sparse kernel on the sorted clouds (differentiable gathers of x and
-        y) and the potentials on the points."""
+        y) and the potential f on the points."""
         scale = self._scale(x.shape[1])
         perm_x, _, _, xc, ac, rx = clusterize(x.detach(), log_a.exp(), scale)
         perm_y, _, _, yc, bc, ry = clusterize(y.detach(), log_b.exp(), scale)
-        coarse = _DenseKernel(self.cost, xc, yc)
         log_ac, log_bc = ac.log(), bc.log()
         fine_eps = [eps for eps in eps_list if eps <= scale**self.p]
         coarse_eps = eps_list[: len(eps_list) - len(fine_eps)] or eps_list[:1]
-        fc = torch.zeros_like(log_ac)
-        gc = coarse.softmin_y(coarse_eps[0], log_ac)
-        fc, gc = _anneal(coarse, log_ac, log_bc, fc, gc, coarse_eps)
+        fc, gc, coarse = self._coarse_solve(xc, yc, log_ac, log_bc, coarse_eps)
         eps = coarse_eps[-1]
-        if not fine_eps:  # the target ε is coarse: solve the centroid problem to tolerance
-            _, fc, gc, _, _ = _converge(
-                coarse, log_ac, log_bc, fc, gc, eps, self.tol, self.max_iter, grad=False
-            )
         keep = fc[:, None] + gc[None, :] > coarse.matrix - self.truncate * eps
         ranges = block_sparse_ranges(rx, ry, keep)
         with torch.enable_grad():
@@ -388,5 +509,17 @@ class EntropicSolver:
         g = keops_softmin(self.cost, y.detach(), xc, log_ac + fc / eps, eps)
         f = keops_softmin(self.cost, x.detach(), yc, log_bc + gc / eps, eps)
         kernel = _KeOpsKernel(self.cost, x, y, ranges)
-        f, g = _anneal(kernel, log_a, log_b, f, g, fine_eps[:-1])
-        return kernel, f, g
+        f, _ = _anneal(kernel, log_a, log_b, f, g, fine_eps[:-1])
+        return kernel, f
+
+
+def _dense_softmin(points: Tensor, centroids: Tensor, h: Tensor, eps: float) -> Tensor:
+    """−ε LSE_k(h_k − ‖z_i − c_k‖²/ε) for few centroids, in row chunks (the extrapolation of
+    centroid potentials to the points)."""
+    rows = max(1, CHUNK_ELEMENTS // len(centroids))
+    return torch.cat(
+        [
+            -eps * torch.logsumexp(h - torch.cdist(chunk, centroids).square() / eps, 1)
+            for chunk in points.split(rows)
+        ]
+    )

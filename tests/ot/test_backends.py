@@ -41,12 +41,17 @@ def test_backends_agree_with_each_other_and_the_reference(p, ratio):
     ref_value = entropic_value(plan, lp_cost(p)(x, y), reg).item()
     ref_grad = entropic_gradient(plan, x, y, p)
     for backend in ("tensorized", "online", "multiscale"):
-        # A fine grid (cluster_scale 0.25) so that truncation really drops cluster pairs.
+        # A fine grid (cluster_scale 0.25) so that truncation really drops cluster pairs; the
+        # Taylor kernel of p = 2 is tested in test_expansion.py.
         solver = EntropicSolver(
-            LpCost(p), p, reg, diameter, tol=1e-7, backend=backend, cluster_scale=0.25
-        )
+            LpCost(p), p, reg, diameter, tol=1e-7, backend=backend, cluster_scale=0.25,
+            taylor=False,
+        )  # fmt: skip
         value, grad, info = _value_and_grad(solver, x, y)
         assert info.backend == backend and info.converged
+        assert info.kernel == {"tensorized": "dense", "online": "keops"}.get(
+            backend, "keops-truncated"
+        )
         assert value == pytest.approx(ref_value, rel=1e-3), backend
         assert ((grad - ref_grad).norm() / ref_grad.norm()).item() < 1e-3, backend
 
