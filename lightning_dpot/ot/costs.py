@@ -63,10 +63,13 @@ class GroundCost:
         keops_formula: the cost in KeOps' formula language, in ``X`` (Vi) and ``Y`` (Vj) and the
             scalar parameters named in ``keops_params``.
         keops_params: ``{name: value}`` of the formula's scalar parameters (KeOps ``Pm(1)``).
+        translation_invariant: c(x + t, y + t) = c(x, y) for every shift t (a function of
+            x − y): the solver may then centre both clouds first.
     """
 
     keops_formula: str = ""
     keops_params: dict[str, float] = {}
+    translation_invariant: bool = False
 
     def __call__(self, x: Tensor, y: Tensor) -> Tensor:
         raise NotImplementedError
@@ -74,6 +77,8 @@ class GroundCost:
 
 class LpCost(GroundCost):
     """C_ij = ‖x_i − y_j‖_p^p for p ∈ {1, 2} (paper 001: p = 1 ↔ Laplace, p = 2 ↔ Gaussian)."""
+
+    translation_invariant = True
 
     def __init__(self, p: int) -> None:
         if p not in (1, 2):
@@ -95,6 +100,8 @@ class MixedL2L1Cost(GroundCost):
     Args:
         l1_weight: m ≥ 0, the weight of the ℓ1 part.
     """
+
+    translation_invariant = True
 
     def __init__(self, l1_weight: float = 1.0) -> None:
         self.l1_weight = check_nonnegative("l1_weight", l1_weight)

@@ -36,6 +36,9 @@ from torch import Tensor
 ORDER = 2
 MAX_BOX_CELLS = 2**62
 CHUNK_ELEMENTS = 2**20  # largest temporary of a chunked pass, in elements (4 MB in float32)
+# ‖q − c‖² summed coordinate by coordinate: the matmul form ‖q‖² + ‖c‖² − 2⟨q, c⟩ cancels
+# catastrophically in float32 away from the origin.
+EXACT_DISTANCES = "donot_use_mm_for_euclid_dist"
 
 
 def remainder(t: float, order: int = ORDER) -> float:
@@ -150,7 +153,9 @@ def expanded_softmin(
     coefficients = torch.tensor(
         [(2 / eps) ** int(a.sum()) / math.prod(math.factorial(int(e)) for e in a) for a in alphas]
     ).to(q)
-    moments, log_mass = _moments(qgrid, source, h, eps, monomials(source.offsets, alphas))
+    powers = monomials(source.offsets, alphas)
+    v = source.offsets
+    own = h - ((v * v).sum(1) + 2 * (source.centres[source.labels] * v).sum(1)) / eps
     # Indices of α + e_r in ``alphas``, for the first moments Σ_j w_j P(t_ij) v_j.
     index = {tuple(a.tolist()): i for i, a in enumerate(alphas)}
     shifted = [
@@ -159,45 +164,49 @@ def expanded_softmin(
     ] if with_grad else []  # fmt: skip
     f = torch.empty(len(q), dtype=q.dtype, device=q.device)
     grad = torch.empty_like(q) if with_grad else None
-    start = 0
+    starts = [0, *itertools.accumulate(qgrid.sizes)]
     rows_per_chunk = max(1, CHUNK_ELEMENTS // len(source))
-    for k, size in enumerate(qgrid.sizes):
-        for lo in range(start, start + size, rows_per_chunk):
-            hi = min(start + size, lo + rows_per_chunk)
-            u = monomials(qgrid.offsets[lo:hi], alphas[:base]) * coefficients[:base]
-            ratio0 = u @ moments[k, :, :base].T  # Σ_j w P(t) / Σ_j w, per source cell
-            expo = log_mass[k] - torch.cdist(q[lo:hi], source.centres).square() / eps
-            expo += ratio0.log()
-            lse = torch.logsumexp(expo, 1)
-            f[lo:hi] = -eps * lse
-            if with_grad:  # Ê[s | q] = Σ_L share_L (c_L + Σ_j w P(t) v_j / Σ_j w P(t))
-                share = (expo - lse[:, None]).exp_()
-                mean = share @ source.centres
-                share /= ratio0
-                for r, idx in enumerate(shifted):
-                    mean[:, r] += (share * (u @ moments[k, :, idx].T)).sum(1)
-                grad[lo:hi] = 2 * (q[lo:hi] - mean)
-        start += size
+    cells_per_block = max(1, CHUNK_ELEMENTS // (len(source) * len(alphas)))
+    for k0 in range(0, len(qgrid), cells_per_block):
+        cells = range(k0, min(len(qgrid), k0 + cells_per_block))
+        moments, log_mass = _moments(qgrid.centres[k0 : cells.stop], source, own, eps, powers)
+        for k in cells:
+            for lo in range(starts[k], starts[k + 1], rows_per_chunk):
+                hi = min(starts[k + 1], lo + rows_per_chunk)
+                u = monomials(qgrid.offsets[lo:hi], alphas[:base]) * coefficients[:base]
+                ratio0 = u @ moments[k - k0, :, :base].T  # Σ_j w P(t) / Σ_j w, per source cell
+                distance = torch.cdist(q[lo:hi], source.centres, compute_mode=EXACT_DISTANCES)
+                expo = log_mass[k - k0] - distance.square_() / eps
+                expo += ratio0.log()
+                lse = torch.logsumexp(expo, 1)
+                f[lo:hi] = -eps * lse
+                if with_grad:  # Ê[s | q] = Σ_L share_L (c_L + Σ_j w P(t) v_j / Σ_j w P(t))
+                    share = (expo - lse[:, None]).exp_()
+                    mean = share @ source.centres
+                    share /= ratio0
+                    for r, idx in enumerate(shifted):
+                        mean[:, r] += (share * (u @ moments[k - k0, :, idx].T)).sum(1)
+                    grad[lo:hi] = 2 * (q[lo:hi] - mean)
     if not with_grad:
         return f
     with torch.enable_grad():  # the solver's sweeps run under no_grad
         return _WithGradient.apply(query, f, grad)
 
 
-def _moments(qgrid: Grid, source: Grid, h: Tensor, eps: float, powers: Tensor):
-    """Per query cell K and source cell L: the normalized moments Σ_j w_Kj v_j^α / Σ_j w_Kj
-    ``(K, L, A)`` and log Σ_j w_Kj ``(K, L)``, w_Kj = e^{h_j − (‖v_j‖² − 2⟨a_K − c_L, v_j⟩)/ε},
-    one source cell (a contiguous slice of the sorted points) at a time."""
+def _moments(centres: Tensor, source: Grid, own: Tensor, eps: float, powers: Tensor):
+    """For query cells of ``centres`` a_K and each source cell L: the normalized moments
+    Σ_j w_Kj v_j^α / Σ_j w_Kj ``(K, L, A)`` and log Σ_j w_Kj ``(K, L)``, with
+    w_Kj = e^{own_j + 2⟨a_K, v_j⟩/ε}, own_j = h_j − (‖v_j‖² + 2⟨c_L, v_j⟩)/ε; one source cell
+    (a contiguous slice of the sorted points) at a time."""
     v = source.offsets
-    own = h - ((v * v).sum(1) + 2 * (source.centres[source.labels] * v).sum(1)) / eps
-    scaled_centres = (2 / eps) * qgrid.centres
-    sums = powers.new_empty(len(qgrid), len(source), powers.shape[1])
-    top = powers.new_empty(len(qgrid), len(source))
+    scaled_centres = (2 / eps) * centres
+    sums = powers.new_empty(len(centres), len(source), powers.shape[1])
+    top = powers.new_empty(len(centres), len(source))
     start = 0
     for cell, size in enumerate(source.sizes):
         cut = slice(start, start + size)
         step = max(1, CHUNK_ELEMENTS // size)
-        for lo in range(0, len(qgrid), step):
+        for lo in range(0, len(centres), step):
             rows = slice(lo, lo + step)
             logw = torch.addmm(own[None, cut], scaled_centres[rows], v[cut].T)
             top[rows, cell] = logw.amax(1)

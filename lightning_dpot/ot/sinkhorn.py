@@ -15,9 +15,10 @@ row-marginal violation of the plan π_ij = a_i b_j e^{(f_i + g_j − C_ij)/λ},
 
     err = ‖π1 − a‖₁ = Σ_i a_i |e^{(f_i − f̃_i)/λ} − 1|,   f̃ = the next f-update,
 
-is at most ``tol``, or ``max_iter`` sweeps are spent; each sweep at λ starts with the
-g-update, so the column marginal of (f, g) is exact, also on the first. :class:`SinkhornInfo`
-reports which.
+is at most ``tol``, or ``max_iter`` sweeps are spent. Every checked pair has g = T(f) at λ
+(the annealing's last g-update is at λ), so the column marginal of (f, g) is exact (within
+ρ/(1 − ρ) with the Taylor kernel below), also on the first sweep. :class:`SinkhornInfo` reports
+which. Translation-invariant costs are computed on clouds centred on their joint bounding box.
 
 **Value and gradient.** The loop runs without autograd. A last update with gradients,
 f = T(g*) with C(x, y.detach()) and g = T(f*) with C(x.detach(), y), gives the dual value
@@ -66,6 +67,7 @@ from torch import Tensor
 from lightning_dpot.ot.costs import GroundCost, LpCost
 from lightning_dpot.ot.expansion import (
     CHUNK_ELEMENTS,
+    EXACT_DISTANCES,
     ORDER,
     Grid,
     expanded_softmin,
@@ -187,8 +189,8 @@ class _KeOpsKernel:
 
 class _TaylorKernel:
     """The p = 2 softmin through the certified cluster expansion of
-    :mod:`lightning_dpot.ot.expansion`, on the clouds sorted into its grid cells (differentiable
-    gathers of x and y)."""
+    :mod:`lightning_dpot.ot.expansion`, on the clouds sorted into its grid cells
+    (differentiable gathers of x and y)."""
 
     name = f"taylor-{ORDER}"
 
@@ -217,36 +219,39 @@ class _TaylorKernel:
 
 
 def _anneal(kernel, log_a: Tensor, log_b: Tensor, f: Tensor, g: Tensor, eps_list: list[float]):
-    """One Sinkhorn sweep (f, then g) at each ε of ``eps_list``; returns (f, g)."""
-    for eps in eps_list:
+    """For each consecutive (ε, ε') of ``eps_list``: f = T_ε(g), then g = T_ε'(f). With two or
+    more ε, the returned (f, g) has g = T_{ε_last}(f), the start :func:`_converge` needs."""
+    for eps, eps_next in zip(eps_list, eps_list[1:], strict=False):
         f = kernel.softmin_x(eps, log_b + g / eps)
-        g = kernel.softmin_y(eps, log_a + f / eps)
+        g = kernel.softmin_y(eps_next, log_a + f / eps_next)
     return f, g
 
 
-def _converge(kernel, log_a, log_b, f, eps: float, tol: float, max_iter: int, grad: bool):
-    """Sinkhorn sweeps at ε until ‖π1 − a‖₁ ≤ tol.
+def _converge(kernel, log_a, log_b, f, g, eps: float, tol: float, max_iter: int, grad: bool):
+    """Sinkhorn sweeps at ε until ‖π1 − a‖₁ ≤ tol, from a pair with g = T(f).
 
-    Each sweep computes g = T(f), so that the columns of the plan of (f, g) sum exactly to b,
-    then f̃ = T(g), which measures its row violation; on success (or at ``max_iter``) it
-    returns ``(f̃, f, g, sweeps, error)``, and (f̃, g) is the final dual pair. With ``grad``
-    (KeOps and Taylor kernels) f̃ carries gradients to x. A kernel whose sums are within a
-    relative ρ of the exact ones computes e^{(f − f̃)/ε} within a factor in [1/(1 + ρ),
-    1/(1 − ρ)] of the exact value, so the violation it measures, err̂, bounds the true one by
-    err̂ + (1 + err̂)·ρ/(1 − ρ); that bound is what is tested and returned.
+    With g = T(f) the columns of the plan of (f, g) sum to b; each sweep computes f̃ = T(g),
+    which measures its row violation, and on success (or at ``max_iter``) returns
+    ``(f̃, f, g, sweeps, error)``: (f̃, g) is the final dual pair. Otherwise it goes on from f̃
+    and g = T(f̃). With ``grad`` (KeOps and Taylor kernels) f̃ carries gradients to x.
+
+    A kernel whose sums are within a relative ρ of the exact ones (``relative_error``) computes
+    e^{(f − f̃)/ε} within a factor in [1/(1 + ρ), 1/(1 − ρ)] of the exact value, so the violation
+    it measures, err̂, bounds the true one by err̂ + (1 + err̂)·ρ/(1 − ρ); that bound is what is
+    tested and returned. (Its columns then sum to b within the same factor.)
     """
     a = log_a.exp()
     slack = kernel.relative_error(eps)
     slack /= 1 - slack
     softmin_x = kernel.softmin_x_grad if grad else kernel.softmin_x
     for sweep in range(1, max_iter + 1):
-        g = kernel.softmin_y(eps, log_a + f / eps)
         f_next = softmin_x(eps, log_b + g / eps)
         measured = float((a * torch.expm1((f - f_next.detach()) / eps).abs()).sum())
         error = measured + (1 + measured) * slack
         if error <= tol or sweep == max_iter:
             return f_next, f, g, sweep, error
         f = f_next.detach()
+        g = kernel.softmin_y(eps, log_a + f / eps)
     raise AssertionError("unreachable: max_iter >= 1")
 
 
@@ -349,6 +354,14 @@ class EntropicSolver:
         if x.shape[0] == 0 or y.shape[0] == 0:
             raise ValueError("x and y must each hold at least one point")
         y = y.to(x.dtype)
+        if self.cost.translation_invariant:
+            # Centre both clouds on their joint bounding box: no cost changes, but ‖x‖² + ‖y‖²
+            # − 2⟨x, y⟩ (dense p = 2) and the Taylor kernel's cell centres no longer cancel in
+            # float32 far from the origin (offset 500: a 5e-3 marginal error reported as 5e-5).
+            with torch.no_grad():
+                low = torch.minimum(x.amin(0), y.amin(0))
+                origin = (low + torch.maximum(x.amax(0), y.amax(0))) / 2
+            x, y = x - origin, y - origin
         n, m, dim = x.shape[0], y.shape[0], x.shape[1]
         backend = self.choose_backend(n, m, dim, x.device, x.element_size())
         if backend == "multiscale":
@@ -393,26 +406,27 @@ class EntropicSolver:
     def _solve(
         self, backend: str, x: Tensor, y: Tensor, grids: tuple[Grid, Grid] | None = None
     ) -> tuple[Tensor, SinkhornInfo]:
-        """One solve on ``backend``; ``grids`` (multiscale only) selects the Taylor kernel."""
+        """One solve on ``backend``; ``grids`` (multiscale only: :meth:`_taylor_grids`) selects
+        the Taylor kernel."""
         eps_list = epsilon_schedule(self.diameter, self.reg, self.p, self.scaling)
         eps = self.reg
         log_a = x.new_full((x.shape[0],), -math.log(x.shape[0]))
         log_b = x.new_full((y.shape[0],), -math.log(y.shape[0]))
         with torch.no_grad():
             if grids is not None:
-                kernel, f = self._taylor_start(x, y, grids, eps_list)
+                kernel, f, g = self._taylor_start(x, y, log_a, grids, eps_list)
             elif backend == "multiscale":
-                kernel, f = self._truncated_start(x, y, log_a, log_b, eps_list)
+                kernel, f, g = self._truncated_start(x, y, log_a, log_b, eps_list)
             else:
                 kernel = (_DenseKernel if backend == "tensorized" else _KeOpsKernel)(
                     self.cost, x, y
                 )
                 f = torch.zeros_like(log_a)
                 g = kernel.softmin_y(eps_list[0], log_a)
-                f, _ = _anneal(kernel, log_a, log_b, f, g, eps_list[:-1])
+                f, g = _anneal(kernel, log_a, log_b, f, g, eps_list)
             keops = backend != "tensorized"
             f_final, f, g, sweeps, error = _converge(
-                kernel, log_a, log_b, f, eps, self.tol, self.max_iter, grad=keops
+                kernel, log_a, log_b, f, g, eps, self.tol, self.max_iter, grad=keops
             )
         # The dual pair (f_final, g), g = T(f): gradients to x through f_final = T(g), to y
         # through g (module docstring).
@@ -447,43 +461,52 @@ class EntropicSolver:
             return self.cluster_scale
         return self.diameter / (math.sqrt(dim) * 2000 ** (1.0 / dim))
 
-    def _taylor_start(self, x: Tensor, y: Tensor, grids: tuple[Grid, Grid], eps_list):
-        """The Taylor kernel on the clouds' grids (:meth:`_taylor_grids`) and f on the points:
-        the centroids' problem solved to ``tol`` at λ, its g extrapolated to the points."""
+    def _taylor_start(
+        self, x: Tensor, y: Tensor, log_a: Tensor, grids: tuple[Grid, Grid], eps_list
+    ):
+        """The Taylor kernel on the clouds' grids (:meth:`_taylor_grids`) and (f, g = T(f)) on
+        the points: the centroids' problem solved to ``tol`` at λ, its g extrapolated to f."""
         grid_x, grid_y = grids
-        _, gc, _ = self._coarse_solve(
+        _, gc = self._coarse_solve(
             grid_x.means, grid_y.means, grid_x.weights.log(), grid_y.weights.log(), eps_list
-        )
+        )[:2]
         kernel = _TaylorKernel(x, y, grid_x, grid_y)
         eps = eps_list[-1]
-        h = grid_y.weights.log() + gc / eps
-        return kernel, _dense_softmin(kernel.x.detach(), grid_y.means, h, eps)
+        f = _dense_softmin(kernel.x.detach(), grid_y.means, grid_y.weights.log() + gc / eps, eps)
+        return kernel, f, kernel.softmin_y(eps, log_a + f / eps)
 
     def _taylor_grids(self, x: Tensor, y: Tensor) -> tuple[Grid, Grid] | None:
-        """The two clouds' grids for the Taylor kernel, or ``None`` where it does not apply
-        (not the p = 2 cost, or ``taylor=False``) or would need more than N·M/4 evaluations (or
-        more grid cubes than int64 keys can tell apart)."""
+        """The two clouds' grids for the Taylor kernel, or ``None`` where it
+        does not apply: not the p = 2 cost or ``taylor=False``; a bound ρ = tol/10 below the
+        dtype's rounding (100 ulps: tol < 1.2e-4 in float32), which the bound does not cover;
+        more than N·M/4 kernel evaluations; more grid cubes than int64 keys tell apart.
+
+        The clouds arrive centred (:meth:`__call__`)."""
         if not (self.taylor and isinstance(self.cost, LpCost) and self.cost.p == 2):
             return None
-        n, m = x.shape[0], y.shape[0]
-        side = expansion_side(self.reg, x.shape[1], self.tol / 10)
-        if not (Grid.fits(x.detach(), side) and Grid.fits(y.detach(), side)):
+        rho = self.tol / 10
+        if rho < 100 * torch.finfo(x.dtype).eps:
             return None
-        grid_x, grid_y = Grid(x.detach(), side), Grid(y.detach(), side)
+        x, y = x.detach(), y.detach()
+        side = expansion_side(self.reg, x.shape[1], rho)
+        if not (Grid.fits(x, side) and Grid.fits(y, side)):
+            return None
+        grid_x, grid_y = Grid(x, side), Grid(y, side)
+        n, m = x.shape[0], y.shape[0]
         if len(grid_x) * m + n * len(grid_y) > n * m / 4:
             return None
         return grid_x, grid_y
 
     def _coarse_solve(self, xc, yc, log_ac, log_bc, eps_list: list[float]):
         """Anneal the weighted centroids' problem (dense) over ``eps_list``; where the list ends
-        at λ, converge to ``tol`` there. Returns the centroids' potentials."""
+        at λ, converge to ``tol`` there. Returns the centroids' (f, g = T(f)) and kernel."""
         coarse = _DenseKernel(self.cost, xc, yc)
         fc = torch.zeros_like(log_ac)
         gc = coarse.softmin_y(eps_list[0], log_ac)
         fc, gc = _anneal(coarse, log_ac, log_bc, fc, gc, eps_list)
         if eps_list[-1] == self.reg:
             _, fc, gc, _, _ = _converge(
-                coarse, log_ac, log_bc, fc, self.reg, self.tol, self.max_iter, grad=False
+                coarse, log_ac, log_bc, fc, gc, self.reg, self.tol, self.max_iter, grad=False
             )
         return fc, gc, coarse
 
@@ -493,7 +516,7 @@ class EntropicSolver:
         mass, extrapolate the potentials to the points and finish the schedule there.
 
         Returns the block-sparse kernel on the sorted clouds (differentiable gathers of x and
-        y) and the potential f on the points."""
+        y) and (f, g = T(f)) at λ on the points."""
         scale = self._scale(x.shape[1])
         perm_x, _, _, xc, ac, rx = clusterize(x.detach(), log_a.exp(), scale)
         perm_y, _, _, yc, bc, ry = clusterize(y.detach(), log_b.exp(), scale)
@@ -509,8 +532,10 @@ class EntropicSolver:
         g = keops_softmin(self.cost, y.detach(), xc, log_ac + fc / eps, eps)
         f = keops_softmin(self.cost, x.detach(), yc, log_bc + gc / eps, eps)
         kernel = _KeOpsKernel(self.cost, x, y, ranges)
-        f, _ = _anneal(kernel, log_a, log_b, f, g, fine_eps[:-1])
-        return kernel, f
+        f, g = _anneal(kernel, log_a, log_b, f, g, fine_eps)
+        if len(fine_eps) < 2:  # no fine sweep: g = T(f) at λ for _converge
+            g = kernel.softmin_y(eps_list[-1], log_a + f / eps_list[-1])
+        return kernel, f, g
 
 
 def _dense_softmin(points: Tensor, centroids: Tensor, h: Tensor, eps: float) -> Tensor:
@@ -519,7 +544,10 @@ def _dense_softmin(points: Tensor, centroids: Tensor, h: Tensor, eps: float) -> 
     rows = max(1, CHUNK_ELEMENTS // len(centroids))
     return torch.cat(
         [
-            -eps * torch.logsumexp(h - torch.cdist(chunk, centroids).square() / eps, 1)
+            -eps
+            * torch.logsumexp(
+                h - torch.cdist(chunk, centroids, compute_mode=EXACT_DISTANCES).square() / eps, 1
+            )
             for chunk in points.split(rows)
         ]
     )
