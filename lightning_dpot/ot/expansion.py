@@ -36,9 +36,6 @@ from torch import Tensor
 ORDER = 2
 MAX_BOX_CELLS = 2**62
 CHUNK_ELEMENTS = 2**20  # largest temporary of a chunked pass, in elements (4 MB in float32)
-# ‖q − c‖² summed coordinate by coordinate: the matmul form ‖q‖² + ‖c‖² − 2⟨q, c⟩ cancels
-# catastrophically in float32 away from the origin.
-EXACT_DISTANCES = "donot_use_mm_for_euclid_dist"
 
 
 def remainder(t: float, order: int = ORDER) -> float:
@@ -62,6 +59,15 @@ def multi_indices(dim: int, order: int) -> Tensor:
     """All α ∈ ℕ^dim with |α| ≤ order, by degree, as an ``(A, dim)`` integer tensor."""
     alphas = [a for a in itertools.product(range(order + 1), repeat=dim) if sum(a) <= order]
     return torch.tensor(sorted(alphas, key=lambda a: (sum(a), [-e for e in a])))
+
+
+def squared_distances(z: Tensor, centres: Tensor) -> Tensor:
+    """‖z_i − c_k‖² ``(n, K)``, summed coordinate by coordinate (d ≤ 3 here): exact where the
+    matmul form ‖z‖² + ‖c‖² − 2⟨z, c⟩ cancels in float32, and faster than ``torch.cdist``."""
+    out = (z[:, None, 0] - centres[None, :, 0]).square_()
+    for r in range(1, z.shape[1]):
+        out += (z[:, None, r] - centres[None, :, r]).square_()
+    return out
 
 
 def monomials(z: Tensor, alphas: Tensor) -> Tensor:
@@ -175,8 +181,7 @@ def expanded_softmin(
                 hi = min(starts[k + 1], lo + rows_per_chunk)
                 u = monomials(qgrid.offsets[lo:hi], alphas[:base]) * coefficients[:base]
                 ratio0 = u @ moments[k - k0, :, :base].T  # Σ_j w P(t) / Σ_j w, per source cell
-                distance = torch.cdist(q[lo:hi], source.centres, compute_mode=EXACT_DISTANCES)
-                expo = log_mass[k - k0] - distance.square_() / eps
+                expo = log_mass[k - k0] - squared_distances(q[lo:hi], source.centres) / eps
                 expo += ratio0.log()
                 lse = torch.logsumexp(expo, 1)
                 f[lo:hi] = -eps * lse

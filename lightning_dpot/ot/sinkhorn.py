@@ -67,12 +67,12 @@ from torch import Tensor
 from lightning_dpot.ot.costs import GroundCost, LpCost
 from lightning_dpot.ot.expansion import (
     CHUNK_ELEMENTS,
-    EXACT_DISTANCES,
     ORDER,
     Grid,
     expanded_softmin,
     expansion_side,
     remainder,
+    squared_distances,
 )
 from lightning_dpot.ot.keops import (
     KEOPS_MISSING,
@@ -544,10 +544,7 @@ def _dense_softmin(points: Tensor, centroids: Tensor, h: Tensor, eps: float) -> 
     rows = max(1, CHUNK_ELEMENTS // len(centroids))
     return torch.cat(
         [
-            -eps
-            * torch.logsumexp(
-                h - torch.cdist(chunk, centroids, compute_mode=EXACT_DISTANCES).square() / eps, 1
-            )
+            -eps * torch.logsumexp(h - squared_distances(chunk, centroids) / eps, 1)
             for chunk in points.split(rows)
         ]
     )
