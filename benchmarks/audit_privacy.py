@@ -55,7 +55,7 @@ def _sanitizer(sigma: float, delta: float, draws: int, seed: int) -> list:
     grad[0, 0] = 10 * clip
     rows = []
     for label, multiplier in (("calibrated", sigma), ("noise halved", sigma / 2)):
-        sanitizer = GradientSanitizer(clip, multiplier, noise_seed=seed)
+        sanitizer = GradientSanitizer(clip, multiplier, noise_seed=seed, sample_rate=1.0)
         start = time.perf_counter()
         result = audit_threshold_test(*sanitizer_scores(sanitizer, grad, -grad, draws), delta)
         name = f"DP-Sinkhorn sanitized step (σ = {sigma})"
@@ -77,7 +77,7 @@ def _canary(sigma: float, delta: float, draws: int, seed: int) -> list:
     realized = gaussian_epsilon(2 * clip * sigma, delta, distance)
     rows = []
     for label, multiplier in (("calibrated", sigma), ("noise halved", sigma / 2)):
-        sanitizer = GradientSanitizer(clip, multiplier, noise_seed=seed)
+        sanitizer = GradientSanitizer(clip, multiplier, noise_seed=seed, sample_rate=1.0)
         start = time.perf_counter()
         result = audit_threshold_test(*sanitizer_scores(sanitizer, *grads, draws), delta)
         name = f"DP-Sinkhorn canary via the loss (ε at its distance: {realized:.3f})"

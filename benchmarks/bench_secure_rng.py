@@ -44,7 +44,7 @@ def main() -> None:
               f"x{t_os / t_torch:.1f}")  # fmt: skip
     grad = torch.randn(70, 794)
     for secure in (False, True):
-        sanitizer = GradientSanitizer(0.5, 1.5, secure_rng=secure)
+        sanitizer = GradientSanitizer(0.5, 1.5, secure_rng=secure, sample_rate=1.0)
         per_call = _best(lambda s=sanitizer: [s(grad, 50) for _ in range(200)], args.repeats) / 200
         label = "OS CSPRNG" if secure else "torch generator"
         print(f"  DP-Sinkhorn sanitizer, batch 50+20 rows x 794: {label:15s} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,31 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@contextmanager
+def _ledger_at(directory: Path):
+    """``$DPOT_LEDGER_DIR`` set to ``directory`` inside the block (child processes inherit it)."""
+    previous = os.environ.get(LEDGER_ENV)
+    os.environ[LEDGER_ENV] = str(directory)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(LEDGER_ENV, None)
+        else:
+            os.environ[LEDGER_ENV] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_ledger(tmp_path_factory):
+    """A ledger for the whole session, in force before any module-scoped fixture runs, so no
+    test ever writes to the user's own ledger."""
+    with _ledger_at(tmp_path_factory.mktemp("session_ledger")):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def private_ledger(tmp_path_factory):
     """Each test's releases go to a privacy ledger of its own, not the user's
-    (:mod:`lightning_dpot.data.ledger`); child processes inherit it."""
-    previous = os.environ.get(LEDGER_ENV)
-    os.environ[LEDGER_ENV] = str(tmp_path_factory.mktemp("ledger"))
-    yield
-    if previous is None:
-        os.environ.pop(LEDGER_ENV, None)
-    else:
-        os.environ[LEDGER_ENV] = previous
+    (:mod:`lightning_dpot.data.ledger`)."""
+    with _ledger_at(tmp_path_factory.mktemp("ledger")):
+        yield

@@ -221,15 +221,17 @@ CASES = {
     # -- data ----------------------------------------------------------------------------------
     "NaN in the data": (
         lambda tmp: _randomize(torch.tensor([[math.nan, 0.0]])),
-        ValueError, "data contains NaN or Inf values",
+        ValueError, r"data: 1 record\(s\) contain NaN or Inf values, the first at index 0",
     ),
     "Inf in the data": (
         lambda tmp: _randomize(torch.tensor([[math.inf, 0.0]])),
-        ValueError, "data contains NaN or Inf values",
+        ValueError, r"data: 1 record\(s\) contain NaN or Inf values, the first at index 0",
     ),
     "data outside the declared bounds": (
         lambda tmp: _randomize(torch.tensor([[2.0, 0.0]])),
-        ValueError, r"data lies outside the declared bounds \[low, high\] = \[-1\.0, 1\.0\]",
+        ValueError,
+        r"data: 1 record\(s\) lie outside the declared bounds \[low, high\] = \[-1\.0, 1\.0\], "
+        r"the first at index 0",
     ),
     "empty dataset": (
         lambda tmp: _randomize(torch.zeros(0, 2)),

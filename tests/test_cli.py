@@ -51,6 +51,10 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(
     assert report["metrics"]["manifold_error"] >= 0
     assert Path(report["config_path"]).is_file()
     assert (run_dir / "scatter.png").is_file()
+    # scatter.png plots the raw held-out split: the report says it is outside the guarantee
+    outside = report["privacy"]["outside_the_guarantee"]
+    assert any(line.startswith("the raw held-out split") for line in outside)
+    assert report["ended_by"] is None
     main(["report", str(run_dir)])  # the report as a table, one dotted key per line
     table = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["privacy.epsilon", "2.5"] for line in table)

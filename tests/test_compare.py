@@ -16,7 +16,7 @@ import yaml
 
 from lightning_dpot.cli import main, run_lightning
 from lightning_dpot.compare import load_suite
-from lightning_dpot.compare.results import NOTION_NOTE, aggregate, markdown_table
+from lightning_dpot.compare.results import CELLS_NOTE, NOTION_NOTE, aggregate, markdown_table
 from lightning_dpot.compare.runner import cell_fingerprint, cell_privacy, run_cell, run_prepare
 from lightning_dpot.generative import Generative
 from lightning_dpot.privacy.contract import ReleasesPrivateData
@@ -232,6 +232,7 @@ def test_markdown_groups_by_notion_with_the_reason(tmp_path):
     table = markdown_table(suite, [row])
     assert "### Central DP" in table and "### Local DP" not in table
     assert "rdp, add/remove-one" in table and NOTION_NOTE in table
+    assert CELLS_NOTE in table  # every cell is another release of the same people
     assert "above target" not in table and "no amplification" not in table
     flagged = {**row, "exceeds_target": True, "sampling_seed_is_public": True}
     table = markdown_table(suite, [flagged])

@@ -3,13 +3,15 @@ compare with an uninterrupted run (the child process is tests/fault_tolerance_ch
 
 What must hold after a kill and a resume:
 * the same LDP release, bit for bit (loaded from the cache, never redrawn);
-* the same accountant history, ε and final step count (no lost or double-counted step);
+* every release the killed process made is composed, also those after its last checkpoint
+  (from the run's release journal), and the final step count is the uninterrupted run's;
 * for the flow, the same particles;
 * the checkpoint on disk is complete (written atomically), and a truncated one is refused.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -22,9 +24,17 @@ import torch
 
 from lightning_dpot.data.release import Release, tensor_sha256
 from lightning_dpot.plugins import AtomicCheckpointIO
+from lightning_dpot.privacy.journal import ReleaseJournal
 
 CHILD = Path(__file__).with_name("fault_tolerance_child.py")
 STEPS = 12
+
+
+def _journal_count(root: Path, method: str) -> int:
+    """Releases in the run's one journal (a resume continues it)."""
+    (path,) = (root / method).glob("privacy_journal-*.jsonl")
+    journal_id = json.loads(path.read_text().splitlines()[0])["journal"]
+    return len(ReleaseJournal(path, journal_id).read())
 
 
 def _run(root: Path, *extra: str, kill: tuple[str, int] | None = None) -> int:
@@ -67,20 +77,48 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, uninterrupte
         (cached,) = (tmp_path / "cache").glob("release-*.pt")
         killed_release = tensor_sha256(Release.load(cached).data)
 
+    if method == "dpswflow_r":
+        journaled = _journal_count(tmp_path, method)
+        assert kill_step <= journaled <= kill_step + 1  # killed while journaling the next one
+
     assert _run(tmp_path, "--resume") == 0
     resumed, full = _result(tmp_path, method), _result(uninterrupted, method)
     assert resumed["global_step"] == full["global_step"] == STEPS
     if method == "dpswflow_r":
         # Public subset seed (research mode): the subsets are known, so no amplification is
-        # claimed and each of the 12 releases is accounted at rate 1 (b of b).
-        assert resumed["history"] == full["history"] == [(pytest.approx(1.4626, abs=1e-4), 1.0, 12)]
-        assert resumed["epsilon"] == full["epsilon"]
+        # claimed and each release is accounted at rate 1 (b of b). The releases the killed
+        # process made after its checkpoint count too: the resumed run repeats those steps.
+        assert full["history"] == [(pytest.approx(1.4626, abs=1e-4), 1.0, STEPS)]
+        repeated = journaled - saved_step
+        assert resumed["history"] == [(full["history"][0][0], 1.0, STEPS + repeated)]
+        assert resumed["epsilon"] >= full["epsilon"]
         torch.testing.assert_close(resumed["particles"], full["particles"], rtol=0, atol=0)
     else:
         # The release (secret seed) comes back from the killed run's cache, bit for bit; the
         # uninterrupted run, with its own secret seed, made a different one.
         assert resumed["release_sha256"] == killed_release != full["release_sha256"]
         assert len(list((tmp_path / "cache").glob("release-*.pt"))) == 1
+
+
+def test_sigkill_between_checkpoints_counts_every_release_whose_output_left(tmp_path):
+    """Checkpoints every 5 steps; the child prints a line after every step's release (its
+    output leaves the process) and is killed after step 8's. The resumed run restarts from the
+    step-5 checkpoint, and its report composes the 8 (or 9) releases the killed process made
+    plus the 7 it makes again, not the 12 steps of the checkpointed history."""
+    every, kill_step = 5, 8
+    code = _run(tmp_path, "--every", str(every), "--flow-only", kill=("dpswflow_r", kill_step))
+    assert code == -signal.SIGKILL
+    last = tmp_path / "dpswflow_r" / "ckpt" / "last.ckpt"
+    assert AtomicCheckpointIO().load_checkpoint(last)["global_step"] == every
+    journaled = _journal_count(tmp_path, "dpswflow_r")
+    assert kill_step <= journaled <= kill_step + 1
+
+    assert _run(tmp_path, "--resume", "--every", str(every), "--flow-only") == 0
+    resumed = _result(tmp_path, "dpswflow_r")
+    assert resumed["global_step"] == STEPS
+    assert resumed["releases"] == journaled + STEPS - every >= kill_step + STEPS - every
+    assert resumed["history"][0][2] == resumed["releases"]
+    assert _journal_count(tmp_path, "dpswflow_r") == resumed["releases"]
 
 
 def test_truncated_checkpoint_is_refused_with_a_clear_error(tmp_path, uninterrupted):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from lightning_dpot.callbacks.scope import outside_the_guarantee
 from lightning_dpot.data.protocols import LocalDPRelease, satisfies
 
 
@@ -32,4 +33,7 @@ class LDPPrivacyReport(Callback):
         datamodule = trainer.datamodule
         if not satisfies(datamodule, LocalDPRelease):
             return None
-        return datamodule.privacy_report()
+        return {
+            **datamodule.privacy_report(),
+            "outside_the_guarantee": outside_the_guarantee(trainer),
+        }

@@ -58,6 +58,8 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
+import uuid
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,11 +69,20 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_dpot.callbacks.scope import outside_the_guarantee
+from lightning_dpot.data.ledger import CentralRunLedger
 from lightning_dpot.privacy.accountants import PrivacyAccountant, make_accountant
 from lightning_dpot.privacy.analysis.epsilon import ACCOUNTANTS
-from lightning_dpot.privacy.contract import ReleasesPrivateData, look_ahead_step, require_private
+from lightning_dpot.privacy.contract import (
+    ReleasesPrivateData,
+    check_fixed_accumulation,
+    look_ahead_step,
+    planned_releases,
+    require_private,
+)
 from lightning_dpot.privacy.events import GaussianRelease, PrivacyEvent, SubsampledGaussianStep
 from lightning_dpot.privacy.gaussian import gaussian_epsilon
+from lightning_dpot.privacy.journal import ReleaseJournal
 from lightning_dpot.privacy.report import privacy_report, write_privacy_report
 from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive_int
 
@@ -152,6 +163,15 @@ class PrivacyAccountantCallback(Callback):
         self._facts: dict[str, Any] = {}
         self._plan: dict[str, Any] | None = None
         self._restored_plan: dict[str, Any] | None = None
+        self._journal: ReleaseJournal | None = None
+        self._restored_journal: tuple[str, str] | None = None  # (path, id) of the checkpoint
+        self._journal_ready = False
+        self._log_dir: Path | None = None
+        self._outside: list[str] = []
+        self._ended_by: str | None = None
+        # (id, ε it was opened at, ledger path) of the run's entry in its data's privacy ledger
+        self._ledger_entry: tuple[str, float, str] | None = None
+        self._ledger: dict[str, Any] | None = None
 
     # -- composition --------------------------------------------------------------------------
 
@@ -266,10 +286,18 @@ class PrivacyAccountantCallback(Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
+        # trainer.log_dir broadcasts under DDP: every rank calls it here, once.
+        self._log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        self._ended_by, self._journal_ready, self._ledger = None, False, None
         self._adopt_module_budget(module)
+        if self.target_epsilon is not None:
+            check_fixed_accumulation(trainer)
         module.check_restored_plan(self._restored_plan)
         self._plan = module.privacy_plan()
         self._events_per_step = trainer.accumulate_grad_batches
+        self._start_journal(trainer, module)
+        self._open_ledger_entry(trainer, module)
+        self._outside = outside_the_guarantee(trainer)
         planned = module.planned_events()
         if self.target_epsilon is not None and planned:  # before the module draws them
             trial = copy.deepcopy(self)
@@ -289,6 +317,161 @@ class PrivacyAccountantCallback(Callback):
                 UserWarning,
                 stacklevel=2,
             )
+
+    # -- the privacy ledger ---------------------------------------------------------------------
+
+    def _open_ledger_entry(self, trainer: L.Trainer, module: ReleasesPrivateData) -> None:
+        """Enter the run in its datamodule's privacy ledger (global rank 0) before its first
+        release, at the most it may spend: its target, else the ε of its planned releases on
+        top of the restored ones. A resumed run keeps its entry in the same ledger, set back to
+        the ε it was opened at (an earlier settlement counted only the releases before it),
+        unless its plan spends more: then a new entry at the new plan is opened before the old
+        one is settled at what the restored releases spent, so a crash in between over-counts."""
+        datamodule = trainer.datamodule
+        if not trainer.is_global_zero or not isinstance(datamodule, CentralRunLedger):
+            return
+        planned = self._planned_epsilon(trainer, module)
+        kept = self._ledger_entry
+        if kept is not None and kept[2] != str(datamodule.ledger.path):
+            kept = None  # another ledger: this one has not seen the run
+        if kept is not None and planned <= kept[1]:
+            datamodule.ledger_settle(kept[0], kept[1], self.delta)
+            self._ledger_entry = kept
+            return
+        facts = {"method": type(module).__name__, "accountant": self.accountant.name}
+        entry = datamodule.ledger_open(planned, self.delta, facts)
+        if kept is not None:
+            datamodule.ledger_settle(kept[0], self.epsilon(), self.delta)
+        self._ledger_entry = (entry, planned, str(datamodule.ledger.path))
+
+    def _planned_epsilon(self, trainer: L.Trainer, module: ReleasesPrivateData) -> float:
+        if self.target_epsilon is not None:
+            return self.target_epsilon
+        trial = copy.deepcopy(self)
+        trial.compose(module.planned_events())
+        per_batch = len(module.next_step_events())
+        if per_batch:
+            try:
+                batches = planned_releases(trainer, int(trainer.datamodule.steps_per_epoch))
+            except ValueError as error:
+                raise ValueError(
+                    f"{type(module).__name__} has no target_epsilon and no finite training "
+                    "length, so the privacy ledger cannot be told the most it may spend: set "
+                    "a target_epsilon, or trainer.max_steps / max_epochs"
+                ) from error
+            step = look_ahead_step(module)
+            assert step is not None
+            trial.accountant.sampling = step.sampling
+            trial.accountant.step(step.noise_multiplier, step.sample_rate, per_batch * batches)
+        return trial.epsilon()
+
+    def _settle_ledger_entry(self, trainer: L.Trainer) -> None:
+        """Settle the run's entry at what it spent (once) and keep the ledger's total for the
+        report."""
+        if self._ledger_entry is None or self._ledger is not None or not trainer.is_global_zero:
+            return
+        datamodule = trainer.datamodule
+        datamodule.ledger_settle(self._ledger_entry[0], self.epsilon(), self.delta)
+        self._ledger = {
+            "entry": self._ledger_entry[0],
+            "all_releases_of_these_records": datamodule.ledger_total().as_dict(),
+            "composition": "basic (sum of epsilons and deltas), worst record",
+            "keying": datamodule.ledger_keying,
+            "privacy_budget": datamodule.privacy_budget,
+            "path": str(datamodule.ledger.path),
+        }
+
+    # -- the release journal ------------------------------------------------------------------
+
+    def _start_journal(self, trainer: L.Trainer, module: ReleasesPrivateData) -> None:
+        """Before the run's first release: compose the journal the restored checkpoint names
+        (every release of the run and its earlier resumes, also those after the checkpoint),
+        then attach it, or a new journal for a new run, to every release object. Global rank 0
+        reads and writes it; every rank composes the same events (broadcast)."""
+        restored = self._restored_journal
+        outcome: tuple[str, Any] | None = None
+        if trainer.is_global_zero and restored is not None:
+            try:
+                outcome = ("entries", self._read_journal(*restored))
+            except (OSError, ValueError) as error:
+                outcome = ("error", error)
+        outcome = trainer.strategy.broadcast(outcome, src=0)
+        if outcome is not None and outcome[0] == "error":
+            raise outcome[1]
+        if outcome is not None:
+            self._adopt_journal(outcome[1], module)
+        if trainer.is_global_zero:
+            if restored is not None:
+                self._journal = ReleaseJournal(*restored)
+            else:  # a new run, or a checkpoint that names no journal: start one with its releases
+                assert self._log_dir is not None
+                name = f"privacy_journal-{uuid.uuid4().hex[:12]}.jsonl"
+                self._journal = ReleaseJournal(self._log_dir / name)
+                self._journal.start([(0, event) for event in self._composed_events()])
+            for index, release in enumerate(module.privacy_releases()):
+                release.events.journal = self._journal.writer(index)
+        self._journal_ready = True
+
+    def _composed_events(self) -> list[PrivacyEvent]:
+        """The events the accountant has composed, in a canonical order."""
+        n, b = self._swor_sizes
+        sampling = self.accountant.sampling
+        events: list[PrivacyEvent] = list(self.one_shot)
+        for sigma, q, count in self.accountant.history:
+            events += [SubsampledGaussianStep(sigma, q, sampling, n, b)] * count
+        return events
+
+    @staticmethod
+    def _read_journal(path: str, journal_id: str) -> list[tuple[int, PrivacyEvent]]:
+        if not Path(path).is_file():
+            raise FileNotFoundError(
+                f"the checkpoint names the release journal {path!r}, which is missing: it "
+                "holds every release of the run, including those made after the checkpoint was "
+                "written, whose outputs may have left the process. Put the journal back at that "
+                "path to resume"
+            )
+        return ReleaseJournal(path, journal_id).read()
+
+    def _adopt_journal(
+        self, entries: list[tuple[int, PrivacyEvent]], module: ReleasesPrivateData
+    ) -> None:
+        """Replace the restored history by the journal's, after checking that the checkpoint's
+        releases are its beginning."""
+        assert self._restored_journal is not None
+        path = self._restored_journal[0]
+        restored = (self.accountant.history, list(self.one_shot))
+        count = self.releases
+        if len(entries) < count:
+            raise ValueError(
+                f"the release journal {path!r} holds {len(entries)} releases "
+                f"but the checkpoint composed {count}: it is not this run's journal"
+            )
+        self._reset_history()
+        self.compose([event for _, event in entries[:count]])
+        if (self.accountant.history, self.one_shot) != restored:
+            raise ValueError(
+                f"the first {count} releases of the journal {path!r} differ "
+                "from the checkpoint's: it is not this run's journal"
+            )
+        self.compose([event for _, event in entries[count:]])
+        releases = module.privacy_releases()
+        if any(not 0 <= index < len(releases) for index, _ in entries):
+            raise ValueError(
+                f"the release journal {path!r} names release objects that "
+                f"{type(module).__name__} does not have"
+            )
+        for index, release in enumerate(releases):
+            release.events.replace([event for i, event in entries if i == index])
+        if len(entries) > count:
+            rank_zero_info(
+                f"PrivacyAccountantCallback: {len(entries) - count} release(s) made after the "
+                f"checkpoint are composed from the run's journal ({len(entries)} in all)"
+            )
+
+    def _reset_history(self) -> None:
+        self.accountant.load_state_dict({**self.accountant.state_dict(), "history": []})
+        self.one_shot = []
+        self._budget = None
 
     def _account_earlier(self, trainer: L.Trainer, module: ReleasesPrivateData) -> None:
         """Before the first drain of a run resumed without accountant state."""
@@ -311,13 +494,22 @@ class PrivacyAccountantCallback(Callback):
                 f"{name} holds no release counts: the earlier releases cannot be known, so "
                 "they cannot be declared either"
             )
-        for release, count in zip(releases, made, strict=True):
-            if count and release.event is not None:
-                self.compose([release.event] * count)
+        earlier = []
+        for index, (release, count) in enumerate(zip(releases, made, strict=True)):
+            events = release.events.events()[:count]
+            if len(events) != count:
+                raise ValueError(
+                    f"the checkpoint of {name} counts {count} earlier release(s) but stores "
+                    f"the noise and sampling of {len(events)}: they cannot be declared"
+                )
+            earlier += [(index, event) for event in events]
+        self.compose([event for _, event in earlier])
+        if self._journal is not None:  # the journal holds every release of the run
+            self._journal.start(earlier + self._journal.read())
         rank_zero_info(
             f"PrivacyAccountantCallback: {self.releases} earlier release(s) of {name} composed "
-            "as configured (earlier_releases='as_configured': the earlier run must have used "
-            "the same settings)"
+            "with the noise multiplier and sample rate the checkpoint stores for each "
+            "(earlier_releases='as_configured')"
         )
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -432,10 +624,52 @@ class PrivacyAccountantCallback(Callback):
         module = require_private(pl_module)
         self._drain(module)
         self._facts = module.privacy_facts()
-        # trainer.log_dir broadcasts under DDP: every rank must call it, before the rank check.
-        log_dir = trainer.log_dir or trainer.default_root_dir
-        if trainer.is_global_zero:
-            write_privacy_report(Path(log_dir) / self.report_filename, self.report())
+        try:
+            self._settle_ledger_entry(trainer)
+        finally:  # the report is written even if the ledger cannot be settled
+            if trainer.is_global_zero:
+                write_privacy_report(self._report_path(trainer), self.report())
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """A run that ends by an exception after releasing still reports what it released:
+        the events emitted so far are composed, the ledger entry is settled and
+        ``privacy_report.json`` is written, saying which exception ended the run."""
+        if self._note_exception(trainer, pl_module, exception) and self.releases:
+            if trainer.is_global_zero:
+                write_privacy_report(self._report_path(trainer), self.report())
+
+    def _note_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException | None
+    ) -> bool:
+        """Compose what was emitted but not drained, settle the ledger entry and note the
+        exception (once). False when there is nothing consistent to report: fitting had not
+        started, the run's journal was not composed yet (then the restored count would be too
+        small, and the ledger entry stays as it was), or the state itself is what failed; the
+        journal remains the record."""
+        if not isinstance(pl_module, ReleasesPrivateData) or not self._journal_ready:
+            return False
+        if self._ended_by is None:
+            self._ended_by = type(exception).__name__ if exception is not None else "exception"
+        try:
+            self.compose(pl_module.privacy_events())
+            self._facts = pl_module.privacy_facts()
+        except Exception:
+            return False
+        try:
+            self._settle_ledger_entry(trainer)
+        except Exception as error:  # the report still goes out; the entry keeps its opening ε
+            warnings.warn(
+                f"PrivacyAccountantCallback: the privacy ledger entry could not be settled "
+                f"({error}); it stays at the epsilon it was opened at",
+                UserWarning,
+                stacklevel=2,
+            )
+        return True
+
+    def _report_path(self, trainer: L.Trainer) -> Path:
+        return (self._log_dir or Path(trainer.default_root_dir)) / self.report_filename
 
     # -- checkpoint state -----------------------------------------------------------------------
 
@@ -449,6 +683,10 @@ class PrivacyAccountantCallback(Callback):
             "target_epsilon": self.target_epsilon,
             "delta": self.delta,
             "privacy_plan": self._plan,
+            "journal": None
+            if self._journal is None
+            else [str(self._journal.path), self._journal.id],
+            "ledger_entry": None if self._ledger_entry is None else list(self._ledger_entry),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -462,6 +700,12 @@ class PrivacyAccountantCallback(Callback):
         self._swor_sizes = tuple(state_dict["swor_sizes"])
         self._restored_target = state_dict.get("target_epsilon")
         self._restored_plan = state_dict.get("privacy_plan")
+        journal = state_dict.get("journal")
+        self._restored_journal = None if journal is None else (str(journal[0]), str(journal[1]))
+        entry = state_dict.get("ledger_entry")
+        self._ledger_entry = (
+            None if entry is None else (str(entry[0]), float(entry[1]), str(entry[2]))
+        )
         self._restored = True
         self._budget = None
 
@@ -481,8 +725,16 @@ class PrivacyAccountantCallback(Callback):
             releases=self.releases,
             stopped_by_budget=self.stopped_by_budget,
             module_facts=self._facts,
+            journal=None if self._journal is None else str(self._journal.path),
+            outside_the_guarantee=self._outside,
+            ended_by=self._ended_by,
+            ledger=self._ledger,
         )
 
     def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
-        """Hook of :class:`~lightning_dpot.callbacks.run_report.RunReport`."""
+        """Hook of :class:`~lightning_dpot.callbacks.run_report.RunReport`; called while an
+        exception is handled (``trainer.interrupted``), it first composes what was released
+        up to the exception, whichever callback's ``on_exception`` runs first."""
+        if trainer.interrupted and self._ended_by is None:
+            self._note_exception(trainer, pl_module, sys.exc_info()[1])
         return self.report()

@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
+from lightning_dpot.privacy.contract import ReleasesPrivateData
+
 
 @runtime_checkable
 class ReportsSection(Protocol):
@@ -54,10 +56,34 @@ def update_report(path: str | Path, sections: dict) -> dict:
 
 
 class RunReport(Callback):
-    """Writes ``<log_dir>/report.json`` at the end of fitting (rank 0)."""
+    """Writes ``<log_dir>/report.json`` at the end of fitting (rank 0), and also when fitting
+    ends by an exception after a step or a private release (then ``ended_by`` names it), so
+    that a run that released private data always leaves its report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._log_dir: Path | None = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # trainer.log_dir broadcasts under DDP: read once here, where every rank calls it.
+        self._log_dir = Path(trainer.log_dir or trainer.default_root_dir)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        self._write(trainer, pl_module, None)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        """Write the report of a run that trained or released before the exception; a run
+        refused before either leaves none."""
+        released = isinstance(pl_module, ReleasesPrivateData) and pl_module.releases_emitted()
+        if self._log_dir is not None and (trainer.global_step > 0 or released):
+            self._write(trainer, pl_module, type(exception).__name__)
+
+    def _write(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, ended_by: str | None
+    ) -> None:
+        log_dir = self._log_dir or Path(trainer.default_root_dir)
         if not trainer.is_global_zero:
             return
         sections: dict = {
@@ -72,6 +98,7 @@ class RunReport(Callback):
             "config_path": str(log_dir / "config.yaml")
             if (log_dir / "config.yaml").is_file()
             else None,
+            "ended_by": ended_by,
         }
         if isinstance(pl_module, DescribesLoss):
             sections["loss"] = pl_module.loss_description()

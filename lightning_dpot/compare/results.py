@@ -19,13 +19,27 @@ from torch import Tensor
 
 from lightning_dpot.compare.suite import Cell, Suite
 
-__all__ = ["NOTION_NOTE", "aggregate", "markdown_table", "plot_metrics", "plot_samples"]
+__all__ = [
+    "CELLS_NOTE",
+    "NOTION_NOTE",
+    "aggregate",
+    "markdown_table",
+    "plot_metrics",
+    "plot_samples",
+]
 
 NOTION_NOTE = (
     "Local and central ε are not the same currency: a local ε bounds what each released record "
     "reveals about its owner before any training (every record is privatized on its own), while "
     "a central (ε, δ) bounds what the trained model reveals about one record of the dataset, so "
     "compare methods only within a group."
+)
+
+CELLS_NOTE = (
+    "Every cell draws its own release of the same people (a fresh LDP release or a fresh "
+    "private run per method, ε and seed): each cell's ε holds for that cell alone, and a person "
+    "in the data has spent the sum over all cells (sequential composition, Dwork & Roth 2014, "
+    "Thm. 3.16). A suite compares methods; it is not one private deployment."
 )
 
 #: (key in a cell's metrics, column title, lower is better)
@@ -124,6 +138,8 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
         "report states (its accountant or LDP report), not the suite's target.",
         "",
         f"> {NOTION_NOTE}",
+        "",
+        f"> {CELLS_NOTE}",
         "",
     ]
     if len(suite.seeds) < 3:
@@ -325,6 +341,7 @@ def comparison_record(suite: Suite, cells: list[dict], rows: list[dict]) -> dict
             "utility_model_selection": "early stopping on synthetic validation data only",
             "privacy": "each cell's ε is read from its own report.json",
             "notions": NOTION_NOTE,
+            "cells_are_separate_releases": CELLS_NOTE,
         },
         "rows": rows,
         "cells": cells,

@@ -13,6 +13,12 @@ sanitized (a clipped, noised gradient) by a release object that emits the matchi
 never privatizes anything itself, and it has no ``privacy_report()``: the guarantee comes from
 the accountant. The held-out test split (where the source has one) is for evaluation only.
 
+Validation. :meth:`CentralDPDataModule.setup` refuses non-finite records, records outside the
+source's declared ``[low, high]`` and labels outside ``[0, num_classes)`` in both splits
+(:func:`~lightning_dpot.data.sources.check_source_splits`) before keeping them: one NaN or huge
+record in a batch would make the sanitized gradient differ from any neighbour's in a way the
+noise does not hide.
+
 Sample rate. Give ``sample_rate`` q directly (data-independent), or ``expected_batch_size`` b,
 from which q = b / N with N the number of training records (the usual practice, e.g. Opacus;
 it treats N as public). Under DDP every rank Poisson-samples its own fixed shard
@@ -30,8 +36,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpot.data.fingerprint import check_fingerprint
+from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
 from lightning_dpot.data.poisson import poisson_dataloader
-from lightning_dpot.data.sources import DataSource
+from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.privacy.validation import (
     check_nonnegative_int,
     check_positive,
@@ -42,7 +49,7 @@ from lightning_dpot.privacy.validation import (
 __all__ = ["CentralDPDataModule"]
 
 
-class CentralDPDataModule(L.LightningDataModule):
+class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
     """Poisson-sampled raw (record, label) batches for a sanitizing central-DP module.
 
     Args:
@@ -58,6 +65,12 @@ class CentralDPDataModule(L.LightningDataModule):
             resumed run draws fresh, independent masks). An integer makes the masks
             reproducible and public: tests and debugging only.
         num_workers: DataLoader workers.
+        privacy_budget: total ε the raw records may spend over every release ever made from
+            them (:mod:`lightning_dpot.data.ledger`); a run whose target would pass it is
+            refused when the privacy accountant opens its ledger entry.
+        exceed_privacy_budget: run even if the total passes ``privacy_budget``.
+        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
+            ``~/.local/share/lightning_dpot/ledger``).
     """
 
     def __init__(
@@ -68,6 +81,9 @@ class CentralDPDataModule(L.LightningDataModule):
         steps_per_epoch: int | None = None,
         seed: int | None = None,
         num_workers: int = 0,
+        privacy_budget: float | None = None,
+        exceed_privacy_budget: bool = False,
+        ledger_dir: str | None = None,
     ) -> None:
         super().__init__()
         if (sample_rate is None) == (expected_batch_size is None):
@@ -95,6 +111,11 @@ class CentralDPDataModule(L.LightningDataModule):
         self.train_labels: Tensor | None = None
         self.test_records: Tensor | None = None
         self.test_labels: Tensor | None = None
+        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir)
+
+    def private_record_keys(self) -> RecordKeys:
+        """Ledger keys of every training record (all of them are private)."""
+        return self.ledger.training_keys(self.source.load())
 
     # -- public facts the module reads ----------------------------------------------------------
     @property
@@ -149,6 +170,7 @@ class CentralDPDataModule(L.LightningDataModule):
                 f"{type(self.source).__name__} declares num_classes={self.source.num_classes} "
                 "but loaded no training labels"
             )
+        check_source_splits(self.source, splits)
         self.train_records = splits.train.float()
         self.train_labels = splits.train_labels
         self.test_records = splits.test

@@ -13,6 +13,11 @@ the 28×28 value (a public, tighter bound; the box bound 2·32² would also be v
 
 Labels are carried along (int64 class indices) for conditional methods and utility metrics.
 
+Record identities (``DataSplits.train_ids``, for the privacy ledger): a digest of each record's
+raw stored form, the 28×28 uint8 pixels of an IDX file (:data:`IDX_PIXELS`) or the bytes of an
+image file (:data:`IMAGE_FILES`). Padding, resizing, cropping, scaling, the split, ``limit`` and
+the file's location change neither.
+
 Sources:
 
 - :class:`MNIST`, :class:`FashionMNIST`: through ``torchvision.datasets`` with a local ``root``
@@ -38,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from lightning_dpot.data.sources import DataSource, DataSplits, seeded_split
+from lightning_dpot.data.sources import DataSource, DataSplits, digest_ids, seeded_split
 from lightning_dpot.privacy.validation import check_nonnegative_int, check_positive_int
 
 SplitMode = Literal["official", "test-only"]
@@ -48,6 +53,10 @@ IDX_FILES: dict[str, tuple[str, str]] = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+
+# Namespaces of the record identities.
+IDX_PIXELS = "idx-uint8-pixels"
+IMAGE_FILES = "image-file-bytes"
 
 _IDX_DTYPES = {
     0x08: np.dtype(np.uint8),
@@ -129,6 +138,11 @@ def split_indices(n: int, test_size: int | float, split_seed: int) -> tuple[Tens
     if n_test >= n:
         raise ValueError(f"test_size must leave training records: got {test_size!r} of n={n}")
     return seeded_split(n, n_test / n, split_seed)
+
+
+def file_ids(paths: list[str | Path]) -> Tensor:
+    """Record identities of image files: digests of their bytes (:func:`digest_ids`)."""
+    return digest_ids(Path(path).read_bytes() for path in paths)
 
 
 def _check_limit(limit: int | None) -> int | None:
@@ -258,7 +272,8 @@ class _IDXImages(DataSource):
     def load(self) -> DataSplits:
         """``split="official"``: the official train and test files. ``split="test-only"``: only
         the ``t10k`` files, split with :func:`split_indices` (``test_size``, ``split_seed``).
-        ``limit`` keeps the first ``limit`` records of each split (after the seeded split)."""
+        ``limit`` keeps the first ``limit`` records of each split (after the seeded split).
+        ``train_ids`` digest each training image's raw pixels (:data:`IDX_PIXELS`)."""
         if self.split == "official":
             x_train, y_train = self._read_split("train")
             x_test, y_test = self._read_split("test")
@@ -268,9 +283,12 @@ class _IDXImages(DataSource):
             x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
         x_train, y_train = _head(x_train, self.limit), _head(y_train, self.limit)
         x_test, y_test = _head(x_test, self.limit), _head(y_test, self.limit)
+        ids = digest_ids(image.tobytes() for image in x_train.contiguous().numpy())
         if len(x_test) == 0:
-            return DataSplits(self._finish(x_train), y_train)
-        return DataSplits(self._finish(x_train), y_train, self._finish(x_test), y_test)
+            return DataSplits(self._finish(x_train), y_train, None, None, ids, IDX_PIXELS)
+        return DataSplits(
+            self._finish(x_train), y_train, self._finish(x_test), y_test, ids, IDX_PIXELS
+        )
 
 
 class MNIST(_IDXImages):
@@ -426,7 +444,8 @@ class CelebA(DataSource):
                 f"CelebA not found under root={self.root!r} ({err}). {how}"
             ) from err
 
-    def _split(self, split: str) -> tuple[Tensor, Tensor | None]:
+    def _split(self, split: str) -> tuple[Tensor, Tensor | None, list[Path]]:
+        """Images, labels and image files of the official ``split``."""
         ds = self._dataset(split)
         n = len(ds) if self.limit is None else min(self.limit, len(ds))
         labels = None
@@ -437,12 +456,16 @@ class CelebA(DataSource):
                     f"label_attribute must be one of {names} or None, got {self.label_attribute!r}"
                 )
             labels = ds.attr[:n, names.index(self.label_attribute)].to(torch.int64)
-        return _load_images(ds, torch.arange(n), self._num_workers), labels
+        folder = Path(ds.root) / ds.base_folder / "img_align_celeba"
+        files = [folder / name for name in ds.filename[:n]]
+        return _load_images(ds, torch.arange(n), self._num_workers), labels, files
 
     def load(self) -> DataSplits:
-        x_train, y_train = self._split("train")
-        x_test, y_test = self._split("test")
-        return DataSplits(x_train, y_train, x_test, y_test)
+        """The official train and test partitions; ``train_ids`` digest each training image's
+        file (:data:`IMAGE_FILES`)."""
+        x_train, y_train, files = self._split("train")
+        x_test, y_test, _ = self._split("test")
+        return DataSplits(x_train, y_train, x_test, y_test, file_ids(files), IMAGE_FILES)
 
 
 class ImageFolder(DataSource):
@@ -526,7 +549,8 @@ class ImageFolder(DataSource):
         train, test = split_indices(len(ds), self.test_size, self.split_seed)
         train, test = _head(train, self.limit), _head(test, self.limit)
         x_train = _load_images(ds, train, self._num_workers)
+        ids = file_ids([ds.samples[i][0] for i in train.tolist()])
         if len(test) == 0:
-            return DataSplits(x_train, targets[train])
+            return DataSplits(x_train, targets[train], train_ids=ids, id_namespace=IMAGE_FILES)
         x_test = _load_images(ds, test, self._num_workers)
-        return DataSplits(x_train, targets[train], x_test, targets[test])
+        return DataSplits(x_train, targets[train], x_test, targets[test], ids, IMAGE_FILES)

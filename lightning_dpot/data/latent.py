@@ -34,6 +34,13 @@
   set is private and the records themselves are released; they must lie in the unit ball (the
   source's declared support), and ``normalize="ball"`` scales any row with ``‖x‖₂ > 1`` back onto
   it (a per-record map that does not look at other records, so it costs no privacy).
+
+Both modules' ``setup`` refuses records that are non-finite or outside the source's declared
+``[low, high]`` (:func:`~lightning_dpot.data.sources.check_source_splits`) before any encoding;
+stage 2 then refuses latents that are non-finite or have ``‖z‖₂ > 1``
+(:func:`~lightning_dpot.privacy.validation.check_unit_ball`): the normalization guarantees the
+bound, but a NaN or Inf from the encoder survives it. Each error names how many records fail
+and the first one's index, never a value computed from them.
 """
 
 from __future__ import annotations
@@ -48,8 +55,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_dpot.data.fingerprint import check_fingerprint
+from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
 from lightning_dpot.data.poisson import poisson_dataloader
-from lightning_dpot.data.sources import DataSource
+from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.data.split import (
     SPLIT_CHECKPOINT_KEY,
     PublicPrivateSplit,
@@ -60,15 +68,34 @@ from lightning_dpot.privacy.validation import (
     check_nonnegative_int,
     check_positive_int,
     check_probability,
+    check_unit_ball,
 )
 
-__all__ = ["PrivateLatentDataModule", "PublicSplitDataModule"]
+__all__ = ["PrivateLatentDataModule", "PublicDecoder", "PublicSplitDataModule"]
 
 Normalization = Literal["sphere", "ball"]
 
 
 def _unit_ball(x: Tensor) -> Tensor:
     return x / torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min(1.0)
+
+
+class PublicDecoder:
+    """Latents → records with the public stage-1 decoder (a reshape without an autoencoder):
+    all a flow needs of its data module to decode, without the module's private latents, which
+    a saved flow must not carry."""
+
+    def __init__(self, autoencoder: nn.Module | None, record_shape: tuple[int, ...]) -> None:
+        self.autoencoder = autoencoder
+        self.record_shape = tuple(record_shape)
+
+    @torch.no_grad()
+    def __call__(self, z: Tensor) -> Tensor:
+        if self.autoencoder is None:
+            return z.reshape(z.shape[0], *self.record_shape)
+        self.autoencoder.eval()
+        device = next(self.autoencoder.parameters()).device
+        return self.autoencoder.decode(z.to(device))
 
 
 class PublicSplitDataModule(L.LightningDataModule):
@@ -112,6 +139,7 @@ class PublicSplitDataModule(L.LightningDataModule):
         if self.split is not None:
             return
         splits = self.source.load()
+        check_source_splits(self.source, splits)
         split = make_public_private_split(
             splits.train, self.public_fraction, self.split_seed, self.source.describe()
         )
@@ -162,7 +190,7 @@ def load_autoencoder_checkpoint(
     return PublicPrivateSplit.from_dict(checkpoint[SPLIT_CHECKPOINT_KEY])
 
 
-class PrivateLatentDataModule(L.LightningDataModule):
+class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
     """Stage 2: ℓ2-normalized latents of the private split (module docstring).
 
     Args:
@@ -182,6 +210,12 @@ class PrivateLatentDataModule(L.LightningDataModule):
         encode_batch_size: batch size of the (no-grad) encoding pass.
         seed: seed of the Poisson masks and of the without-replacement draws; ``None``
             (default) = secret, from the OS entropy pool (module docstring).
+        privacy_budget: total ε the private records may spend over every release ever made
+            from them (:mod:`lightning_dpot.data.ledger`); a run whose target would pass it is
+            refused when the privacy accountant opens its ledger entry.
+        exceed_privacy_budget: run even if the total passes ``privacy_budget``.
+        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
+            ``~/.local/share/lightning_dpot/ledger``).
     """
 
     def __init__(
@@ -198,6 +232,9 @@ class PrivateLatentDataModule(L.LightningDataModule):
         normalize: Normalization = "sphere",
         encode_batch_size: int = 500,
         seed: int | None = None,
+        privacy_budget: float | None = None,
+        exceed_privacy_budget: bool = False,
+        ledger_dir: str | None = None,
     ) -> None:
         super().__init__()
         if (autoencoder is None) != (autoencoder_checkpoint is None):
@@ -244,6 +281,16 @@ class PrivateLatentDataModule(L.LightningDataModule):
         self.test_labels: Tensor | None = None
         if self.autoencoder is not None:
             self.autoencoder.requires_grad_(False)
+        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir)
+
+    def private_record_keys(self) -> RecordKeys:
+        """Ledger keys of the private records: the raw records of the private part of the
+        public/private split, or every training record without an autoencoder (2-D toy)."""
+        splits = self.source.load()
+        if self.autoencoder is None:
+            return self.ledger.training_keys(splits)
+        split = make_public_private_split(splits.train, self.public_fraction, self.split_seed)
+        return self.ledger.training_keys(splits, torch.tensor(split.private, dtype=torch.long))
 
     # -- facts the modules read ------------------------------------------------------------------
     @property
@@ -320,11 +367,11 @@ class PrivateLatentDataModule(L.LightningDataModule):
     @torch.no_grad()
     def decode(self, z: Tensor) -> Tensor:
         """Latents → records (public decoder; the identity reshaped without an autoencoder)."""
-        if self.autoencoder is None:
-            return z.reshape(z.shape[0], *self.sample_shape)
-        self.autoencoder.eval()
-        device = next(self.autoencoder.parameters()).device
-        return self.autoencoder.decode(z.to(device))
+        return self.public_decoder()(z)
+
+    def public_decoder(self) -> PublicDecoder:
+        """The decoder alone, without the private latents: what a flow keeps to decode."""
+        return PublicDecoder(self.autoencoder, self.sample_shape)
 
     # -- Lightning -------------------------------------------------------------------------------
     def _draw_secret_sampling_seed(self) -> None:
@@ -340,24 +387,27 @@ class PrivateLatentDataModule(L.LightningDataModule):
         if self.latents is not None:
             return
         splits = self.source.load()
+        check_source_splits(self.source, splits)
         self.test_records, self.test_labels = splits.test, splits.test_labels
         if self.autoencoder is None:
-            self.latents = self.encode(splits.train)
-            return
-        split = make_public_private_split(
-            splits.train, self.public_fraction, self.split_seed, self.source.describe()
-        )
-        assert self.autoencoder_checkpoint is not None
-        saved = load_autoencoder_checkpoint(self.autoencoder, self.autoencoder_checkpoint)
-        split.check_matches(saved, f"autoencoder_checkpoint={self.autoencoder_checkpoint!r}")
-        if self.split_file is not None:
-            split.check_matches(
-                PublicPrivateSplit.load(self.split_file), f"split_file={self.split_file!r}"
+            private = splits.train
+        else:
+            split = make_public_private_split(
+                splits.train, self.public_fraction, self.split_seed, self.source.describe()
             )
-        self.split = split
-        private = splits.train[torch.tensor(split.private, dtype=torch.long)]
+            assert self.autoencoder_checkpoint is not None
+            saved = load_autoencoder_checkpoint(self.autoencoder, self.autoencoder_checkpoint)
+            split.check_matches(saved, f"autoencoder_checkpoint={self.autoencoder_checkpoint!r}")
+            if self.split_file is not None:
+                split.check_matches(
+                    PublicPrivateSplit.load(self.split_file), f"split_file={self.split_file!r}"
+                )
+            self.split = split
+            private = splits.train[torch.tensor(split.private, dtype=torch.long)]
         del splits
-        self.latents = self.encode(private)
+        latents = self.encode(private)
+        check_unit_ball(latents, "encoded private latents")
+        self.latents = latents
 
     def state_dict(self) -> dict[str, Any]:
         """Fingerprint (:mod:`lightning_dpot.data.fingerprint`): the split's hash, the number of

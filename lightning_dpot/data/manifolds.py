@@ -7,6 +7,9 @@ measures a generated sample's distance to that support for the ``manifold_error`
 Paper 001 states ℓ1 sensitivity 2 and ℓ2 sensitivity √2 for the unit half-circle; its actual
 diameters are 1 + √2 in ℓ1 (between (−1, 0) and (1/√2, 1/√2)) and 2 in ℓ2 (between (±1, 0)),
 so the paper under-noised. These sources use the exact values.
+
+The records are generated as they are released, with no preprocessing, so they declare no
+identities (``DataSplits.train_ids``): the privacy ledger's keys of their bytes identify them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,12 @@ dropped as soon as the release exists; a raw held-out test split, where the sour
 kept for evaluation only.
 
 Alternatively ``release_path`` points at a file written by ``dpot privatize``: the trainer then
-never sees raw data, which is the real LDP deployment.
+never sees raw data, which is the real LDP deployment. The file's metadata fixes the mechanism,
+ε, δ and every other privatization setting; a given argument that differs from it is refused.
+
+Concurrency: the existence check of a cached release, the privatization and the save run under
+an exclusive lock on the cache entry (:func:`~lightning_dpot.data.release.exclusive_lock`), so
+runs that share a cache make one release between them, whatever their timing.
 
 Noise seed: by default a fresh secret seed from the operating system's entropy pool is used and
 not recorded. An explicit ``seed`` makes the release reproducible for research, but anyone who
@@ -17,6 +22,7 @@ knows the seed can subtract the noise: the metadata then says ``"seed_is_public"
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +34,14 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 import lightning_dpot
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger
-from lightning_dpot.data.release import Release, config_key, keyed_digest, tensor_sha256
-from lightning_dpot.data.sources import DataSource
+from lightning_dpot.data.release import (
+    Release,
+    config_key,
+    exclusive_lock,
+    keyed_digest,
+    tensor_sha256,
+)
+from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.distributed import rank_world
 from lightning_dpot.privacy.gaussian import GaussianCalibration
 from lightning_dpot.privacy.ldp import LocalRandomizer
@@ -79,29 +91,45 @@ def full_batch_loader(*tensors: Tensor) -> DataLoader:
     return DataLoader(FullBatch(*tensors), batch_size=None)
 
 
+def _same(given: Any, recorded: Any) -> bool:
+    """Equal, numbers up to rounding (a file's ε may be derived from its noise scale)."""
+    numbers = (int, float)
+    if isinstance(given, numbers) and isinstance(recorded, numbers):
+        if isinstance(given, bool) or isinstance(recorded, bool):
+            return given is recorded
+        return math.isclose(given, recorded, rel_tol=1e-9, abs_tol=0.0)
+    return given == recorded
+
+
 class PrivatizedDataModule(L.LightningDataModule):
     """Locally privatized training data.
+
+    The privatization arguments (``mechanism`` to ``secure_rng``) default to ``None``, "not
+    given"; without ``release_path`` that means the default named below. With ``release_path``
+    each given one must equal the release file's value.
 
     Args:
         source: the raw dataset with its declared bounds (omit when ``release_path`` is given).
         mechanism: ``"laplace"`` (pure ε-LDP, ℓ1 sensitivity) or ``"gaussian"`` ((ε, δ)-LDP,
-            ℓ2 sensitivity).
+            ℓ2 sensitivity, the default).
         epsilon: privacy budget ε > 0; give it or ``noise_scale``, not both.
         delta: δ ∈ (0, 1) for the Gaussian mechanism.
         noise_scale: Laplace scale b or Gaussian std σ; ε is then derived.
-        calibration: Gaussian calibration: ``analytic`` (Balle & Wang 2018), ``zhao``
-            or ``classical``.
+        calibration: Gaussian calibration: ``analytic`` (Balle & Wang 2018, the default),
+            ``zhao`` or ``classical``.
         l1_radius: project each record onto the ℓ1 ball of this radius before noise.
         l2_radius: project each record onto the ℓ2 ball of this radius before noise.
-        transform: ``identity`` or ``dct`` (orthonormal 2-D DCT, paper 001 §IV-E).
+        transform: ``identity`` (the default) or ``dct`` (orthonormal 2-D DCT, paper 001
+            §IV-E).
         dct_keep: side of the kept low-frequency DCT block.
         seed: noise seed; ``None`` draws a secret one (recommended, see module docstring).
         secure_rng: draw the noise and the release order from the OS CSPRNG
             (:class:`~lightning_dpot.privacy.secure_rng.OSRandom`, ``docs/secure_noise.md``)
-            instead of a secretly seeded ``torch.Generator``; excludes ``seed``.
+            instead of a secretly seeded ``torch.Generator``; excludes ``seed``. Default False.
         batch_size: training batch size (the full release when ``None``).
         cache_dir: where releases are cached.
-        release_path: load this release (written by ``dpot privatize``) instead of privatizing.
+        release_path: load this release (written by ``dpot privatize``) instead of privatizing;
+            a given privatization argument that differs from the file's metadata is refused.
         shuffle_delta: if set, also report the central (ε, δ)-DP guarantee that the shuffled
             release gives by amplification by shuffling (Feldman, McMillan, Talwar 2021), at
             this δ; pure ε0-LDP (Laplace) only.
@@ -121,17 +149,17 @@ class PrivatizedDataModule(L.LightningDataModule):
     def __init__(
         self,
         source: DataSource | None = None,
-        mechanism: MechanismName = "gaussian",
+        mechanism: MechanismName | None = None,
         epsilon: float | None = None,
         delta: float | None = None,
         noise_scale: float | None = None,
-        calibration: GaussianCalibration = "analytic",
+        calibration: GaussianCalibration | None = None,
         l1_radius: float | None = None,
         l2_radius: float | None = None,
-        transform: str = "identity",
+        transform: str | None = None,
         dct_keep: int | None = None,
         seed: int | None = None,
-        secure_rng: bool = False,
+        secure_rng: bool | None = None,
         batch_size: int | None = 256,
         num_workers: int = 0,
         cache_dir: str = ".dpot_cache",
@@ -153,6 +181,21 @@ class PrivatizedDataModule(L.LightningDataModule):
         )
         self.exceed_privacy_budget = bool(exceed_privacy_budget)
         self.ledger_total: LedgerTotal | None = None
+        self.ledger_keying: str | None = None
+        given = {
+            "mechanism": mechanism,
+            "epsilon": epsilon,
+            "delta": delta,
+            "noise_scale": noise_scale,
+            "calibration": calibration,
+            "l1_radius": l1_radius,
+            "l2_radius": l2_radius,
+            "transform": transform,
+            "dct_keep": dct_keep,
+            "seed": seed,
+            "secure_rng": secure_rng,
+        }
+        transform = transform or "identity"
         self._check_denoise(denoise, denoise_wavelet, transform if release_path is None else None)
         self.denoise, self.denoise_wavelet = denoise, denoise_wavelet
         self.denoised_release: Tensor | None = None
@@ -167,7 +210,7 @@ class PrivatizedDataModule(L.LightningDataModule):
                 "(give one or the other)"
             )
         self.seed = seed
-        self.secure_rng = bool(secure_rng)
+        self.secure_rng = bool(secure_rng)  # None (not given) is False
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.cache_dir = Path(cache_dir)
@@ -183,7 +226,7 @@ class PrivatizedDataModule(L.LightningDataModule):
                 transform, source.sample_shape, dct_keep
             )
             self.randomizer = LocalRandomizer.build(
-                mechanism,
+                mechanism or "gaussian",
                 self.transform,
                 source.low,
                 source.high,
@@ -192,12 +235,13 @@ class PrivatizedDataModule(L.LightningDataModule):
                 epsilon=epsilon,
                 delta=delta,
                 noise_scale=noise_scale,
-                calibration=calibration,
+                calibration=calibration or "analytic",
                 l1_radius=l1_radius,
                 l2_radius=l2_radius,
             )
         else:
             self._load_release_file(self.release_path)
+            self._check_given_matches_release(given)
         self.shuffle_delta = shuffle_delta
         if shuffle_delta is not None:
             check_delta(shuffle_delta, "shuffle_delta")
@@ -247,22 +291,25 @@ class PrivatizedDataModule(L.LightningDataModule):
     def _privatize(self) -> Release:
         assert self.source is not None
         splits = self.source.load()
+        # Refused before the ledger is charged: a bad record must not spend anyone's budget.
+        check_source_splits(self.source, splits)
+        self.randomizer.check_records(splits.train)
         mech = self.randomizer.mechanism
-        digests = self.ledger.digests(splits.train)
-        with self.ledger.locked():
-            self.ledger.check_budget(
-                digests, mech.epsilon, mech.delta, self.privacy_budget, self.exceed_privacy_budget
-            )
-            self.ledger.record(
-                digests,
-                {
-                    "epsilon": mech.epsilon,
-                    "delta": mech.delta,
-                    "mechanism": mech.name,
-                    "config_key": config_key(self._release_config()),
-                    "cache": str(self.cache_path()),
-                },
-            )
+        self.ledger.record(
+            self.ledger.training_keys(splits),
+            mech.epsilon,
+            mech.delta,
+            {
+                "notion": "local",
+                "mechanism": mech.name,
+                "config_key": config_key(self._release_config()),
+                "cache": str(self.cache_path()),
+            },
+            self.privacy_budget,
+            self.exceed_privacy_budget,
+            "Reuse the cached release (same configuration and cache_dir), raise privacy_budget, "
+            "or set exceed_privacy_budget=True to spend it deliberately",
+        )
         generator = SecretNoise(self.seed, self.secure_rng).source()
         # The release is stored in a secret uniformly random order: the trainer receives
         # shuffled reports, which is what amplification by shuffling requires.
@@ -282,10 +329,33 @@ class PrivatizedDataModule(L.LightningDataModule):
         }
         return Release(data, metadata)
 
+    def _cached_release(self) -> Path:
+        """The cached release, privatized first (on global rank 0) if there is none.
+
+        The existence check, the privatization and the save hold an exclusive lock on the cache
+        entry, and the check is made inside it: of the runs sharing a cache, the first
+        privatizes and the others wait for its release and load it. Other ranks never
+        privatize; the save is atomic, so they need no lock to see a whole release or none."""
+        path = self.cache_path()
+        rank, world = rank_world()
+        if rank != 0:
+            if not path.is_file():
+                raise RuntimeError(
+                    f"rank {rank} of {world} cannot see the release {path} that rank 0 made: "
+                    "a second release of the same records would spend the budget again. Use a "
+                    "cache_dir shared by every node, or write the release once with `dpot "
+                    "privatize` and pass release_path"
+                )
+            return path
+        with exclusive_lock(path.with_name(f"{path.name}.lock")):
+            if not path.is_file():
+                self._privatize().save(path)
+        return path
+
     def prepare_data(self) -> None:
-        """Runs on one process per node before ``setup``: privatize if no cached release."""
-        if self.release_path is None and not self.cache_path().is_file():
-            self._privatize().save(self.cache_path())
+        """Runs on global rank 0 before ``setup``: privatize if no cached release."""
+        if self.release_path is None:
+            self._cached_release()
 
     def setup(self, stage: str | None = None) -> None:
         if self.release is not None:
@@ -295,21 +365,12 @@ class PrivatizedDataModule(L.LightningDataModule):
             if self.source is not None:
                 self._load_test_split()
             return
-        path = self.cache_path()
-        if not path.is_file():
-            rank, world = rank_world()
-            if rank != 0:
-                raise RuntimeError(
-                    f"rank {rank} of {world} cannot see the release {path} that rank 0 made: "
-                    "a second release of the same records would spend the budget again. Use a "
-                    "cache_dir shared by every node, or write the release once with `dpot "
-                    "privatize` and pass release_path"
-                )
-            self._privatize().save(path)
+        path = self._cached_release()
         release = Release.load(path)
         splits = self.source.load()  # type: ignore[union-attr]
         if rank_world()[0] == 0:  # the report's total; hashing every record once is enough
-            self.ledger_total = self.ledger.total(self.ledger.digests(splits.train))
+            keys = self.ledger.training_keys(splits)
+            self.ledger_total, self.ledger_keying = self.ledger.total(keys), keys.keying
         if keyed_digest(splits.train, self.cache_dir) != release.metadata.get("raw_hmac_sha256"):
             raise ValueError(
                 f"the cached release {path} was made from different raw data than the source "
@@ -383,6 +444,37 @@ class PrivatizedDataModule(L.LightningDataModule):
         )
         self.release, self.metadata = release.data, meta
 
+    def _check_given_matches_release(self, given: dict[str, Any]) -> None:
+        """Refuse every given privatization argument that differs from the release file's
+        metadata, naming the parameter, the given value and the file's value: the release was
+        made once, under its own settings, and training on it spends exactly those."""
+        assert self.metadata is not None and self.release_path is not None
+        meta, privacy = self.metadata, self.metadata["privacy"]
+        recorded = {
+            "mechanism": privacy["name"],
+            "epsilon": privacy["epsilon"],
+            "delta": privacy["delta"],
+            "noise_scale": privacy["noise_scale"],
+            "calibration": privacy.get("calibration"),
+            "l1_radius": privacy["l1_radius"],
+            "l2_radius": privacy["l2_radius"],
+            "transform": privacy["transform"],
+            "dct_keep": privacy.get("dct_keep"),
+            "seed": meta["seed"] if meta["seed_is_public"] else "secret (not recorded)",
+            "secure_rng": meta.get("secure_rng", False),
+        }
+        differ = [
+            f"{name}={value!r} is given but the release file has {name}={recorded[name]!r}"
+            for name, value in given.items()
+            if value is not None and not _same(value, recorded[name])
+        ]
+        if differ:
+            raise ValueError(
+                f"release_path={str(self.release_path)!r}: " + "; ".join(differ) + ". A "
+                "release's privatization is fixed when it is made: drop these arguments or "
+                "make a new release with `dpot privatize`"
+            )
+
     def _load_test_split(self) -> None:
         splits = self.source.load()  # type: ignore[union-attr]
         self.test_records, self.test_labels = splits.test, splits.test_labels
@@ -442,8 +534,21 @@ class PrivatizedDataModule(L.LightningDataModule):
         )
 
     def _shuffling_report(self) -> dict:
-        if self.shuffle_delta is None or self.release is None:
+        """The central (ε, δ) of the shuffled release (Feldman, McMillan, Talwar 2021). With a
+        public seed the permutation (and the noise) can be recomputed, so the release is not
+        shuffled for anyone who knows it, and no central guarantee by shuffling is claimed."""
+        if self.shuffle_delta is None or self.release is None or self.metadata is None:
             return {}
+        if self.metadata["seed_is_public"]:
+            return {
+                "central_by_shuffling": {
+                    "applies": False,
+                    "reason": "the release's seed is public (seed_is_public: true): its "
+                    "permutation and noise can be recomputed, so the shuffled release has "
+                    "only the local guarantee",
+                    "delta": self.shuffle_delta,
+                }
+            }
         from lightning_dpot.privacy.shuffling import (
             closed_form_max_epsilon0,
             shuffle_epsilon_closed_form,
@@ -458,6 +563,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         )
         return {
             "central_by_shuffling": {
+                "applies": True,
                 "guarantee": "central (ε, δ)-DP of the shuffled release, replace-one adjacency",
                 "reference": "Feldman, McMillan, Talwar 2021 (Hiding among the clones)",
                 "epsilon0": eps0,
@@ -496,6 +602,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         return {
             "all_releases_of_these_records": self.ledger_total.as_dict(),
             "composition": "basic (sum of epsilons and deltas), worst record",
+            "keying": self.ledger_keying,
             "privacy_budget": self.privacy_budget,
             "path": str(self.ledger.path),
         }

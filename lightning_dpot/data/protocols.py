@@ -23,6 +23,7 @@ need ``setup`` are not evaluated) and names every missing member.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -120,6 +121,10 @@ class LatentPrivateData(HeldOutData, Protocol):
     def without_replacement_indices(self, step: int) -> Tensor: ...
 
     def decode(self, z: Tensor) -> Tensor: ...
+
+    def public_decoder(self) -> Callable[[Tensor], Tensor]:
+        """The decoder alone (no private latent), for a module to keep."""
+        ...
 
 
 class PublicData(HeldOutData, Protocol):

@@ -1,15 +1,16 @@
 """Release files: a privatized dataset and the metadata needed to audit it.
 
 A release is written once (atomically: temporary file, then ``os.replace``) and only read
-afterwards. It holds the privatized records in the mechanism's domain ``(n, m)`` and metadata:
-mechanism, ε, δ, noise scale, sensitivity, projection, transform, seed status, a keyed digest
-(HMAC-SHA256, key kept in the cache directory, :func:`keyed_digest`) of the raw training records,
-and the library version. Raw labels are never stored: they would be
-released without privacy.
+afterwards; :func:`exclusive_lock` serializes the processes that may write the same one. It
+holds the privatized records in the mechanism's domain ``(n, m)`` and metadata: mechanism, ε, δ,
+noise scale, sensitivity, projection, transform, seed status, a keyed digest (HMAC-SHA256, key
+kept in the cache directory, :func:`keyed_digest`) of the raw training records, and the library
+version. Raw labels are never stored: they would be released without privacy.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -18,6 +19,8 @@ import pickle
 import secrets
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,17 +39,40 @@ def tensor_sha256(x: Tensor) -> str:
 
 
 def secret_key(key_dir: str | Path) -> bytes:
-    """The 32 random bytes in ``key_dir/digest.key``, created with mode 0600 on first use."""
+    """The 32 random bytes in ``key_dir/digest.key``, created with mode 0600 on first use.
+
+    The key is written to a temporary file and published with ``os.link``, which fails if the
+    key exists: a process racing the creator reads either no key (and links its own, losing
+    the race) or the whole key, never a partly written one."""
     key_path = Path(key_dir) / "digest.key"
-    key_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    if key_path.is_file():
         return key_path.read_bytes()
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-    return key
+    key_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=key_path.parent, prefix="digest.key", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:  # mkstemp creates the file with mode 0600
+            f.write(secrets.token_bytes(32))
+        try:
+            os.link(tmp, key_path)
+        except FileExistsError:
+            pass
+    finally:
+        os.remove(tmp)
+    return key_path.read_bytes()
+
+
+@contextmanager
+def exclusive_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block: the
+    processes that lock the same path run their blocks one at a time."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def keyed_digest(x: Tensor, key_dir: str | Path) -> str:

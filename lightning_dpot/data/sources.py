@@ -7,22 +7,36 @@ these declarations only, never from the records themselves (SPEC §3).
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from lightning_dpot.privacy.validation import check_labels, check_records
+
 
 @dataclass
 class DataSplits:
-    """Raw records of one dataset, ``(n, *sample_shape)`` float32, with optional int64 labels."""
+    """Raw records of one dataset, ``(n, *sample_shape)`` float32, with optional int64 labels.
+
+    ``train_ids`` (int64, one per training record) identify the training records as they are
+    stored, before any preprocessing, within ``id_namespace`` (a name of the kind of record,
+    without preprocessing parameters): the same raw record has the same ``(id_namespace, id)``
+    whatever the split, order, subset, image size or scaling. The privacy ledger keys records by
+    them (:mod:`lightning_dpot.data.ledger`). Sources that cannot say leave both ``None``.
+    """
 
     train: Tensor
     train_labels: Tensor | None = None
     test: Tensor | None = None
     test_labels: Tensor | None = None
+    train_ids: Tensor | None = None
+    id_namespace: str | None = None
 
 
 class DataSource(ABC):
@@ -55,21 +69,35 @@ class DataSource(ABC):
         """Load the raw records (and a held-out test split where the dataset has one)."""
 
     def describe(self) -> dict:
-        """Name and parameters identifying this source, stored in release metadata."""
-        params = {k: v for k, v in vars(self).items() if not k.startswith("_")}
-        return {"source": type(self).__name__, **_jsonable(params)}
+        """Name and parameters identifying this source, stored in release metadata.
+
+        Only the constructor's parameters (by name, in :func:`inspect.signature`) that the source
+        keeps as attributes holding a JSON scalar (str, int, float, bool, None) are kept: any
+        other attribute may be derived from the records (a maximum, a first record as text), and
+        anything else (a tensor, a list of values) may hold them, while release metadata goes
+        to an untrusted trainer. A source with a legitimate non-scalar parameter overrides this
+        method to add it explicitly, in a form it controls."""
+        names = inspect.signature(type(self).__init__).parameters
+        params = {
+            key: value
+            for key, value in vars(self).items()
+            if key in names and (value is None or type(value) in JSON_SCALARS)
+        }
+        return {"source": type(self).__name__, **params}
 
 
-def _jsonable(params: dict) -> dict:
-    out = {}
-    for key, value in params.items():
-        if isinstance(value, (str, int, float, bool)) or value is None:
-            out[key] = value
-        elif isinstance(value, (tuple, list)):
-            out[key] = list(value)
-        else:
-            out[key] = str(value)
-    return out
+JSON_SCALARS = (str, int, float, bool)
+
+
+def digest_ids(items: Iterable[bytes]) -> Tensor:
+    """int64 record identities: the first 8 bytes of each item's BLAKE2b digest, for the raw
+    stored form of each record (its file's bytes, its pixels as stored). They stay in memory;
+    the ledger keeps only keyed digests of them."""
+    ids = [
+        int.from_bytes(hashlib.blake2b(item, digest_size=8).digest(), "little", signed=True)
+        for item in items
+    ]
+    return torch.tensor(ids, dtype=torch.int64)
 
 
 def seeded_split(n: int, test_fraction: float, seed: int) -> tuple[Tensor, Tensor]:
@@ -79,3 +107,20 @@ def seeded_split(n: int, test_fraction: float, seed: int) -> tuple[Tensor, Tenso
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_test = int(round(n * test_fraction))
     return perm[n_test:], perm[:n_test]
+
+
+def check_source_splits(source: DataSource, splits: DataSplits) -> None:
+    """Refuse records that are non-finite or outside the source's declared ``[low, high]``, and
+    labels outside ``[0, num_classes)`` where the source declares classes, in both splits
+    (:func:`~lightning_dpot.privacy.validation.check_records`,
+    :func:`~lightning_dpot.privacy.validation.check_labels`)."""
+    name = type(source).__name__
+    for split, records, labels in (
+        ("training", splits.train, splits.train_labels),
+        ("test", splits.test, splits.test_labels),
+    ):
+        if records is None:
+            continue
+        check_records(records, source.low, source.high, f"{name} {split} records")
+        if labels is not None and source.num_classes is not None:
+            check_labels(labels, source.num_classes, len(records), f"{name} {split} labels")

@@ -13,7 +13,7 @@ from lightning_dpot.data.sources import DataSource, DataSplits, seeded_split
 
 class Digits(DataSource):
     """scikit-learn's 8×8 handwritten digits (1,797 images, 10 classes), pixels 0…16 scaled to
-    [−1, 1]; a seeded train/test split."""
+    [−1, 1]; a seeded train/test split. ``train_ids`` are the rows of scikit-learn's bundle."""
 
     low, high = -1.0, 1.0
     sample_shape = (1, 8, 8)
@@ -30,7 +30,7 @@ class Digits(DataSource):
         x = torch.as_tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 8.0 - 1.0
         y = torch.as_tensor(bunch.target, dtype=torch.int64)
         train, test = seeded_split(len(x), self.test_fraction, self.split_seed)
-        return DataSplits(x[train], y[train], x[test], y[test])
+        return DataSplits(x[train], y[train], x[test], y[test], train, "sklearn-load-digits")
 
 
 class TensorFile(DataSource):
@@ -38,7 +38,9 @@ class TensorFile(DataSource):
     (and optionally ``y``, ``x_test``, ``y_test``).
 
     The value bounds ``low``/``high`` are public declarations the user must make; records outside
-    them are refused at privatization (sensitivity would not hold).
+    them are refused at privatization (sensitivity would not hold). The records declare no
+    identities: the privacy ledger keys them by their bytes, so a rescaled copy of the same
+    records is not recognised (:mod:`lightning_dpot.data.ledger`).
     """
 
     def __init__(

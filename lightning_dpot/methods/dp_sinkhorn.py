@@ -343,13 +343,15 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         labels = self.sample_labels(n_total) if self.conditional else None
         fake = self.generator(z, labels) if self.conditional else self.generator(z)
         if self.private and fake.requires_grad:
-            step, rank = int(self.global_step), int(self.global_rank)
-            fake.register_hook(lambda grad: self.sanitizer(grad, n, step=step, rank=rank))
+            rank = int(self.global_rank)
+            fake.register_hook(lambda grad: self.sanitizer(grad, n, rank=rank))
         # An empty Poisson batch leaves the debias term only (module docstring, step 4).
         loss = self.loss_fn(fake, real.to(fake.dtype), n, labels, real_labels)
         if not self.private:  # the loss and the solve on real records are not released
             self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)
             log_sinkhorn_info(self, self.loss_fn.last_info)
+        else:  # nor kept where a saved module would carry them (iterations, marginal error)
+            self.loss_fn.last_info = None
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -189,7 +189,7 @@ def sanitizer_scores(
     for g in (grad, grad_prime):
         s = torch.empty(draws, dtype=torch.float64)
         for i in range(draws):
-            s[i] = (sanitizer(g, num_cross=rows, step=i) * direction).sum()
+            s[i] = (sanitizer(g, num_cross=rows) * direction).sum()
         scores.append(s)
     return scores[0], scores[1]
 

@@ -38,6 +38,7 @@ from lightning_dpot.privacy.events import EventLog, PrivacyEvent, SubsampledGaus
 __all__ = [
     "Release",
     "ReleasesPrivateData",
+    "check_fixed_accumulation",
     "look_ahead_step",
     "planned_releases",
     "require_private",
@@ -113,8 +114,13 @@ class ReleasesPrivateData:
         return sum(release.events.total for release in self.privacy_releases())
 
     def privacy_facts(self) -> dict[str, Any]:
-        """The facts of every release object and of the method, for the report."""
-        releases = [release.facts() for release in self.privacy_releases()]
+        """The facts of every release object and of the method, for the report; each release
+        object's ``emitted`` lists the events it made as ``[event, count]`` runs, so a σ changed
+        on resume shows where it changed."""
+        releases = [
+            {**release.facts(), "emitted": release.events.state_dict()["history"]}
+            for release in self.privacy_releases()
+        ]
         facts = {**self.privacy_context(), "releases": releases}
         plan = self.calibration_plan()
         return facts if plan is None else {**facts, "calibrated_for": plan}
@@ -209,9 +215,29 @@ def look_ahead_step(module: ReleasesPrivateData) -> SubsampledGaussianStep | Non
     return next(iter(distinct))
 
 
+def check_fixed_accumulation(trainer: Any) -> None:
+    """Refuse a ``GradientAccumulationScheduler``: it changes ``accumulate_grad_batches`` (the
+    releases per optimizer step) between epochs, after the noise was calibrated and the budget's
+    look-ahead planned for the factor in force at the start."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    if any(isinstance(cb, GradientAccumulationScheduler) for cb in trainer.callbacks):
+        raise ValueError(
+            "GradientAccumulationScheduler changes accumulate_grad_batches during training, so "
+            "the releases per optimizer step that target_epsilon was planned for would change: "
+            "use a fixed Trainer(accumulate_grad_batches=k) for a private run with a target"
+        )
+
+
 def planned_releases(trainer: Any, steps_per_epoch: int) -> int:
     """Training batches of the run, one release each: the first limit Lightning reaches of
-    ``max_steps`` (optimizer steps × accumulation) and ``max_epochs × steps_per_epoch``."""
+    ``max_steps`` (optimizer steps × accumulation) and ``max_epochs × steps_per_epoch``.
+
+    Raises:
+        ValueError: without a finite training length, or with a
+            ``GradientAccumulationScheduler`` (:func:`check_fixed_accumulation`).
+    """
+    check_fixed_accumulation(trainer)
     limits = []
     if trainer.max_steps is not None and trainer.max_steps > 0:
         limits.append(int(trainer.max_steps) * int(trainer.accumulate_grad_batches))

@@ -21,6 +21,7 @@ what is noised, under the event's adjacency.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from lightning_dpot.privacy.analysis.schemes import POISSON, SAMPLINGS
@@ -110,9 +111,26 @@ class GaussianRelease:
 PrivacyEvent = SubsampledGaussianStep | GaussianRelease
 
 
+def event_from_dict(entry: dict) -> PrivacyEvent:
+    """The event that :meth:`SubsampledGaussianStep.as_dict` or :meth:`GaussianRelease.as_dict`
+    wrote (journals and checkpoints store events this way)."""
+    fields = dict(entry)
+    kind = fields.pop("event", None)
+    classes = {cls.__name__: cls for cls in (SubsampledGaussianStep, GaussianRelease)}
+    if kind not in classes:
+        raise ValueError(f"event must be one of {sorted(classes)}, got {kind!r}")
+    return classes[kind](**fields)
+
+
 class EventLog:
-    """The events a release object emitted: ``pending`` until the accountant drains them, and
-    ``total`` ever emitted (saved in checkpoints, so a resumed run continues the count).
+    """The events a release object emitted: ``pending`` until the accountant drains them,
+    ``total`` ever emitted and ``history``, the emitted events as runs ``[event dict, count]``
+    (both saved in checkpoints, so a resumed run continues the count and knows the σ and q of
+    every earlier release, whatever its own configuration).
+
+    A ``journal`` (set by the accountant, :class:`~lightning_dpot.privacy.journal.
+    ReleaseJournal`) records each event durably *inside* :meth:`emit`; a release object emits
+    before it draws its noise, so no noisy output can exist without its event on disk.
 
     Within one process ``total`` never goes down: loading an older state (Lightning's tuner
     restores its temporary checkpoint after ``lr_find``; ``fit(ckpt_path=...)`` on a module that
@@ -122,18 +140,51 @@ class EventLog:
     def __init__(self) -> None:
         self.pending: list[PrivacyEvent] = []
         self.total = 0
+        self.history: list[list] = []
+        self.journal: Callable[[PrivacyEvent], None] | None = None
 
     def emit(self, event: PrivacyEvent) -> None:
+        """Record one release: journaled first (when a journal is attached), then counted."""
+        if self.journal is not None:
+            self.journal(event)
         self.pending.append(event)
         self.total += 1
+        entry = event.as_dict()
+        if self.history and self.history[-1][0] == entry:
+            self.history[-1][1] += 1
+        else:
+            self.history.append([entry, 1])
 
     def drain(self) -> list[PrivacyEvent]:
         events, self.pending = self.pending, []
         return events
 
+    def events(self) -> list[PrivacyEvent]:
+        """Every event emitted so far, in order (restored checkpoints included), from
+        ``history``; ``[]`` for a checkpoint written before the history was kept."""
+        return [event_from_dict(entry) for entry, count in self.history for _ in range(count)]
+
+    def replace(self, events: Sequence[PrivacyEvent]) -> None:
+        """Take ``events`` as everything emitted so far (a resume that found more releases in
+        the run's journal than in its checkpoint); nothing is pending."""
+        self.pending, self.total, self.history = [], 0, []
+        journal, self.journal = self.journal, None
+        try:
+            for event in events:
+                self.emit(event)
+        finally:
+            self.journal = journal
+        self.pending = []
+
     def state_dict(self) -> dict:
-        return {"total": self.total}
+        return {"total": self.total, "history": [[dict(e), n] for e, n in self.history]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.total = max(self.total, int(state["total"]))
+        total = int(state["total"])
+        if total >= self.total:
+            self.history = [[dict(e), int(n)] for e, n in state.get("history", [])]
+        self.total = max(self.total, total)
         self.pending = []
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "journal": None}  # an open run's journal stays with the run

@@ -22,8 +22,9 @@ block with noise 2Δσ, which matches multiplier σ; we implement that.
 
 Noise source. The noise must be secret: by default it comes from a private ``torch.Generator``
 seeded from OS entropy (``noise_seed=None``). An explicit ``noise_seed`` makes runs reproducible
-(the noise of step t on rank r is drawn from a generator seeded by ``(noise_seed, t, r)``) but
-anyone who knows the seed can subtract the noise: use it for tests and debugging only
+(the noise of the run's k-th release on rank r is drawn from a generator seeded by
+``(noise_seed, k, r)``), but anyone who knows the seed can subtract the noise: use it for tests
+and debugging only
 (:class:`~lightning_dpot.privacy.secure_rng.SecretNoise`).
 
 Events. The sanitizer is a release object (:mod:`lightning_dpot.privacy.contract`): every call
@@ -50,9 +51,14 @@ __all__ = ["GradientSanitizer", "clip_frobenius"]
 
 
 def clip_frobenius(block: Tensor, clip_norm: float) -> Tensor:
-    """``block · min(1, Δ/‖block‖_F)``; a zero block stays zero. No host synchronisation."""
+    """``block · min(1, Δ/‖block‖_F)`` in float64; a zero block stays zero, and a block with a
+    non-finite entry becomes zero (a fixed function of the block of norm ≤ Δ, so the
+    sensitivity holds and the release stays finite whatever the loss computed). No host
+    synchronisation."""
+    block = block.double()
+    block = torch.where(torch.isfinite(block).all(), block, torch.zeros_like(block))
     norm = torch.linalg.vector_norm(block)
-    scale = torch.clamp(clip_norm / norm.clamp_min(1e-30), max=1.0)
+    scale = torch.clamp(clip_norm / norm.clamp_min(1e-300), max=1.0)
     return block * scale
 
 
@@ -72,9 +78,8 @@ class GradientSanitizer:
             whole dataset); part of every event, so required before a call with noise (the
             method sets it from its datamodule).
 
-    After each call, ``last`` holds detached tensors of the step: ``clipped_cross`` (before
-    noise), ``released`` (the returned gradient, flattened) and ``num_cross``; used by tests and
-    diagnostics (no host synchronisation).
+    After each call, ``last`` holds what was released (``released``, the returned gradient,
+    flattened) and ``num_cross``; nothing before the noise is kept.
     """
 
     def __init__(
@@ -138,28 +143,32 @@ class GradientSanitizer:
         }
 
     # -- the release ------------------------------------------------------------------------------
-    def __call__(self, grad: Tensor, num_cross: int, step: int = 0, rank: int = 0) -> Tensor:
+    def __call__(self, grad: Tensor, num_cross: int, rank: int = 0) -> Tensor:
         """Sanitize ``grad`` (``(n + n', ...)``, the gradient w.r.t. the generated batch) whose
-        first ``num_cross`` = n rows form the cross block; returns a tensor of the same shape."""
+        first ``num_cross`` = n rows form the cross block; returns a tensor of ``grad``'s shape
+        and dtype.
+
+        Clipping and noise are computed in float64 with autocast off, whatever the training
+        precision (a bf16 draw would be coarse enough to help floating-point attacks, Mironov
+        2012); only the released sum is cast back. The event is emitted (and journaled) before
+        the noise is drawn. With a public ``noise_seed`` the noise of the k-th release on rank
+        r comes from ``(noise_seed, k, r)``, so no two releases of a run share it (gradient
+        accumulation and resumes included)."""
         if not 0 <= num_cross <= grad.shape[0]:
             raise ValueError(
                 f"num_cross must lie in [0, {grad.shape[0]}] (rows of grad), got {num_cross!r}"
             )
-        flat = grad.reshape(grad.shape[0], -1)
-        cross = clip_frobenius(flat[:num_cross], self.clip_norm)
-        debias = clip_frobenius(flat[num_cross:], self.clip_norm)
-        clipped_cross = cross
-        event = self.event
-        if event is not None:
-            source = self.noise.source(step, rank, device=grad.device)
-            shape = tuple(cross.shape)
-            noise = standard_normal(shape, source, device=grad.device, dtype=cross.dtype)
-            cross = cross + self.noise_std * noise
-            self.events.emit(event)
-        released = torch.cat([cross, debias])
-        self.last = {
-            "clipped_cross": clipped_cross.detach(),
-            "released": released.detach(),
-            "num_cross": num_cross,
-        }
+        with torch.autocast(grad.device.type, enabled=False):
+            flat = grad.detach().reshape(grad.shape[0], -1)
+            cross = clip_frobenius(flat[:num_cross], self.clip_norm)
+            debias = clip_frobenius(flat[num_cross:], self.clip_norm)
+            event = self.event
+            if event is not None:
+                index = self.events.total
+                self.events.emit(event)
+                source = self.noise.source(index, rank, device=grad.device)
+                noise = standard_normal(tuple(cross.shape), source, device=grad.device)
+                cross = cross + self.noise_std * noise
+            released = torch.cat([cross, debias]).to(grad.dtype)
+        self.last = {"released": released.detach(), "num_cross": num_cross}
         return released.reshape(grad.shape)

@@ -10,10 +10,8 @@ transform and the projection radii
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from lightning_dpot.privacy.gaussian import GaussianCalibration
@@ -22,6 +20,7 @@ from lightning_dpot.privacy.projections import project_l1_ball, project_l2_ball
 from lightning_dpot.privacy.secure_rng import NoiseSource
 from lightning_dpot.privacy.sensitivity import declared_sensitivity
 from lightning_dpot.privacy.transforms import RecordTransform
+from lightning_dpot.privacy.validation import check_records
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,8 @@ class LocalRandomizer:
         return cls(mech, transform, low, high, l1_radius, l2_radius)
 
     def check_records(self, x: Tensor) -> None:
-        """Refuse non-finite records and records outside the declared bounds."""
+        """Refuse an empty set, records of another shape, non-finite records and records outside
+        the declared bounds (:func:`~lightning_dpot.privacy.validation.check_records`)."""
         if x.numel() == 0:
             raise ValueError("the dataset is empty: nothing to privatize")
         if tuple(x.shape[1:]) != self.transform.sample_shape:
@@ -67,16 +67,7 @@ class LocalRandomizer:
                 f"records must have shape {self.transform.sample_shape} (the declared "
                 f"sample_shape the sensitivity was derived for), got {tuple(x.shape[1:])}"
             )
-        # One pass: NaN propagates through min/max and ±Inf lands on them.
-        low, high = (float(v) for v in torch.aminmax(x))
-        if not (math.isfinite(low) and math.isfinite(high)):
-            raise ValueError("data contains NaN or Inf values; clean it before privatization")
-        if low < self.low or high > self.high:
-            raise ValueError(
-                f"data lies outside the declared bounds [low, high] = [{self.low}, {self.high}] "
-                f"(observed range [{low:.4g}, {high:.4g}]); the sensitivity "
-                "would not hold. Rescale the data or declare wider bounds"
-            )
+        check_records(x, self.low, self.high, "data")
 
     def __call__(self, x: Tensor, generator: NoiseSource) -> Tensor:
         """Privatize every record once: ``(n, *sample_shape) → (n, m)``."""

@@ -6,9 +6,11 @@
 training. This module only formats those facts.
 
 The report states the adjacency, the assumption that the dataset size N is public
-(:data:`DATASET_SIZE_ASSUMPTION`; SPEC §10), ε under the driving accountant and under each
-further one that can analyse the sampling scheme, the accountants' settings and library, and the
-module's facts (sensitivity, noise source, whether any seed is public).
+(:data:`DATASET_SIZE_ASSUMPTION`), ε under the driving accountant and under each further one
+that can analyse the sampling scheme, the accountants' settings and library, the module's facts
+(sensitivity, noise source, whether any seed is public, the events each release object emitted),
+the run's release journal, what lies outside the guarantee, and the exception that ended the run
+if one did.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from lightning_dpot.privacy.events import GaussianRelease
 
 DATASET_SIZE_ASSUMPTION = (
     "the dataset size N is public: the sample rate q, the batch sizes and the checkpoints "
-    "reveal it; the guarantee covers the records, not their number (SPEC §10)"
+    "reveal it; the guarantee covers the records, not their number"
 )
 
 
@@ -53,6 +55,10 @@ def privacy_report(
     releases: int,
     stopped_by_budget: bool,
     module_facts: dict[str, Any],
+    journal: str | None = None,
+    outside_the_guarantee: Sequence[str] = (),
+    ended_by: str | None = None,
+    ledger: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The privacy section of ``report.json`` and ``privacy_report.json`` (plain JSON).
 
@@ -69,6 +75,11 @@ def privacy_report(
         releases: events composed; ``stopped_by_budget``: whether training stopped at the
             target; ``module_facts``: the module's
             :meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.privacy_facts`.
+        journal: the run's release journal (:mod:`lightning_dpot.privacy.journal`).
+        outside_the_guarantee: what the run used or produced that the (ε, δ) does not cover.
+        ended_by: the exception that ended the run, ``None`` when it ended normally.
+        ledger: the run's entry in its data module's privacy ledger and the total of every
+            release of the same records (``None`` where the data module keeps no ledger).
 
     ``history`` lists the subsampled runs ``[noise_multiplier, sample_rate, count]``, and
     ``noise_multiplier`` / ``sample_rate`` are ``None`` when they changed; ``events`` counts
@@ -123,6 +134,10 @@ def privacy_report(
         },
         "library": _library(),
         "module": module_facts,
+        "journal": journal,
+        "outside_the_guarantee": list(outside_the_guarantee),
+        "ended_by": ended_by,
+        "ledger": ledger,
     }
 
 

@@ -125,6 +125,12 @@ class SecretNoise:
     def facts(self) -> dict:
         return {"noise_seed_is_public": self.noise_seed is not None, "secure_rng": self.secure_rng}
 
+    def __getstate__(self) -> dict:
+        """Everything but the secretly seeded generators: a pickled ``torch.Generator`` keeps
+        its seed, from which the noise could be regenerated and subtracted. A loaded copy seeds
+        fresh ones from OS entropy."""
+        return {**self.__dict__, "_entropy": {}}
+
 
 def uniform(shape: tuple[int, ...], source: NoiseSource | None) -> Tensor:
     """float64 uniforms in [0, 1) (torch) or (0, 1) (:class:`OSRandom`), on the CPU."""

@@ -49,6 +49,7 @@ from lightning_dpot.privacy.secure_rng import SecretNoise
 from lightning_dpot.privacy.sliced_sensitivity import (
     W_BOUNDS,
     WBound,
+    check_release_inputs,
     gaussian_sliced_release,
     projection_bound_w,
 )
@@ -193,12 +194,21 @@ class SlicedGaussianRelease:
     def __call__(self, records: Tensor, theta: Tensor, source) -> Tensor:
         """Release ``records·Θᵀ + N(0, σ²)``, emitting one event; refuses an unchecked Θ.
 
-        Computed in float64 with autocast off, whatever the caller's precision (a bf16 release
-        and its noise would be coarse enough to help floating-point attacks); the check is on
-        the float64 Θ that the release multiplies by. Returned in ``records``' dtype."""
+        Everything the release can refuse is checked before the event is emitted (calibration,
+        records finite in the unit ball, Θ of unit rows in the calibrated dimension with
+        ``‖Θ‖²_op ≤ w``), so no refusal can follow an event. Computed in float64 with autocast
+        off, whatever the caller's precision (a bf16 release and its noise would be coarse
+        enough to help floating-point attacks); the checks are on the float64 values that the
+        release uses. Returned in ``records``' dtype."""
         if self.dim is None:
             raise RuntimeError("SlicedGaussianRelease: calibrate() before releasing")
-        theta = theta.detach().double()
+        x, theta = records.detach().double(), theta.detach().double()
+        check_release_inputs(x, theta)
+        if theta.shape[1] != self.dim:
+            raise ValueError(
+                f"theta must have dim={self.dim} columns (the calibrated dimension), got shape "
+                f"{tuple(theta.shape)}"
+            )
         norm2, w = operator_norm_squared(theta), self.w(self.dim)
         if norm2 > w * (1 + _RELATIVE_SLACK):
             raise ValueError(
@@ -209,7 +219,7 @@ class SlicedGaussianRelease:
         if event is not None:
             self.events.emit(event)
         with torch.autocast(records.device.type, enabled=False):
-            released = gaussian_sliced_release(records.double(), theta, self.noise_sigma, source)
+            released = gaussian_sliced_release(x, theta, self.noise_sigma, source)
         return released.to(records.dtype)
 
     # -- report -----------------------------------------------------------------------------------

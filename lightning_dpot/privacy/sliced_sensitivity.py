@@ -68,6 +68,7 @@ from lightning_dpot.privacy.validation import (
     check_nonnegative,
     check_positive,
     check_positive_int,
+    check_unit_ball,
 )
 
 WBound = Literal["auto", "bernstein", "clt", "chernoff"]
@@ -78,6 +79,7 @@ __all__ = [
     "CLT_MIN_DIRECTIONS",
     "W_BOUNDS",
     "WBound",
+    "check_release_inputs",
     "gaussian_sliced_release",
     "projection_bound_w",
     "sliced_noise_multiplier",
@@ -183,6 +185,36 @@ def sliced_sigma(noise_multiplier: float, sensitivity: float) -> float:
     return noise_multiplier * sensitivity
 
 
+def check_release_inputs(x: Tensor, theta: Tensor, norm_tolerance: float = 1e-5) -> None:
+    """Everything :func:`gaussian_sliced_release` refuses, checked without releasing anything.
+
+    ``x`` must be a 2-D floating tensor of finite records with ``‖x_i‖₂ ≤ 1 + norm_tolerance``
+    (:func:`~lightning_dpot.privacy.validation.check_unit_ball`: the error names how many records
+    fail and the first index, never a norm), ``norm_tolerance`` in ``[0, 1e-3]`` and ``theta``
+    an ``(N_θ ≥ 1, d)`` matrix of unit rows (``|‖θ_j‖ − 1| ≤ 1e-4``).
+
+    Raises:
+        ValueError: naming the first check that fails.
+    """
+    norm_tolerance = check_nonnegative("norm_tolerance", norm_tolerance)
+    if norm_tolerance > 1e-3:
+        raise ValueError(f"norm_tolerance must lie in [0, 1e-3], got {norm_tolerance!r}")
+    if x.dim() != 2 or not x.is_floating_point():
+        raise ValueError(f"x must be a 2-D floating tensor, got {x.dtype} {tuple(x.shape)}")
+    check_unit_ball(x, "x", norm_tolerance)
+    if theta.dim() != 2 or theta.shape[0] < 1 or theta.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"theta must be a 2-D tensor of N_θ >= 1 {x.shape[1]}-dimensional directions (rows), "
+            f"got shape {tuple(theta.shape)}"
+        )
+    theta_norms = torch.linalg.vector_norm(theta.detach().to(x.dtype), dim=1)
+    if not bool(((theta_norms - 1.0).abs() <= 1e-4).all()):
+        raise ValueError(
+            "theta rows must be unit vectors (directions on the sphere, |‖θ_j‖ − 1| <= 1e-4), "
+            f"got norms in [{float(theta_norms.min())!r}, {float(theta_norms.max())!r}]"
+        )
+
+
 def gaussian_sliced_release(
     x: Tensor,
     theta: Tensor,
@@ -193,11 +225,11 @@ def gaussian_sliced_release(
 ) -> Tensor:
     """The private release ``M(X) = XΘᵀ + Z``, ``Z`` i.i.d. N(0, σ²) (paper 004, eq. 23).
 
-    Refuses records with ``‖x_i‖₂ > 1 + norm_tolerance`` (the sensitivity bound rests on
-    ``‖x_i‖₂ ≤ 1``: normalise before releasing, never after) and directions that are not unit
-    vectors (``|‖θ_j‖ − 1| > 1e-4``). Rows within the tolerance are scaled onto the unit ball,
-    ``x_i / (max(1, ‖x_i‖₂) · max(1, max_j ‖θ_j‖₂))``, so the bound holds exactly despite
-    rounding. The input is detached: a release is a value, not
+    Refuses non-finite records, records with ``‖x_i‖₂ > 1 + norm_tolerance`` (the sensitivity
+    bound rests on ``‖x_i‖₂ ≤ 1``: normalise before releasing, never after) and directions that
+    are not unit vectors (``|‖θ_j‖ − 1| > 1e-4``), by :func:`check_release_inputs`. Rows within
+    the tolerance are scaled onto the unit ball, ``x_i / (max(1, ‖x_i‖₂) · max(1, max_j ‖θ_j‖₂))``,
+    so the bound holds exactly despite rounding. The input is detached: a release is a value, not
     part of a graph. Θ must be drawn independently of the data
     (:func:`lightning_dpot.ot.sliced.random_directions`); the package calls it only through
     :class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`, which checks Θ.
@@ -213,36 +245,11 @@ def gaussian_sliced_release(
         ``(n, N_θ)`` released projections, column ``j`` ↔ ``θ_j``.
     """
     sigma = check_nonnegative("sigma", sigma)
-    norm_tolerance = check_nonnegative("norm_tolerance", norm_tolerance)
-    if norm_tolerance > 1e-3:
-        raise ValueError(f"norm_tolerance must lie in [0, 1e-3], got {norm_tolerance!r}")
-    if x.dim() != 2 or not x.is_floating_point():
-        raise ValueError(f"x must be a 2-D floating tensor, got {x.dtype} {tuple(x.shape)}")
+    check_release_inputs(x, theta, norm_tolerance)
     x = x.detach()
     norms = torch.linalg.vector_norm(x, dim=1)
-    if not bool(torch.isfinite(norms).all()):
-        raise ValueError("x holds non-finite values; records must satisfy ‖x_i‖₂ ≤ 1")
-    if x.shape[0] > 0:
-        largest = float(norms.max())
-        if largest > 1.0 + norm_tolerance:
-            count = int((norms > 1.0 + norm_tolerance).sum())
-            raise ValueError(
-                f"records must have ℓ2 norm <= 1 (the sensitivity 2·sqrt(w) relies on it), got "
-                f"{count} record(s) with norm up to {largest!r} (tolerance {norm_tolerance!r}); "
-                "normalise the latents before the release"
-            )
-    if theta.dim() != 2 or theta.shape[0] < 1 or theta.shape[1] != x.shape[1]:
-        raise ValueError(
-            f"theta must be a 2-D tensor of N_θ >= 1 {x.shape[1]}-dimensional directions (rows), "
-            f"got shape {tuple(theta.shape)}"
-        )
     theta = theta.detach().to(x.dtype)
     theta_norms = torch.linalg.vector_norm(theta, dim=1)
-    if not bool(((theta_norms - 1.0).abs() <= 1e-4).all()):
-        raise ValueError(
-            "theta rows must be unit vectors (directions on the sphere, |‖θ_j‖ − 1| <= 1e-4), "
-            f"got norms in [{float(theta_norms.min())!r}, {float(theta_norms.max())!r}]"
-        )
     # ‖uΘᵀ‖² ≤ max_j ‖θ_j‖² · Σ_j ⟨θ_j/‖θ_j‖, u⟩²: dividing by max(1, max_j ‖θ_j‖) too keeps the
     # bound exact when rounding leaves a direction's norm slightly above 1.
     scale = norms.clamp(min=1.0) * theta_norms.max().clamp(min=1.0)

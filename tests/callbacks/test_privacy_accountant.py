@@ -25,6 +25,7 @@ from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
 from lightning_dpot.privacy.calibration import largest_count_within, max_steps
 from lightning_dpot.privacy.contract import ReleasesPrivateData, planned_releases
 from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
+from lightning_dpot.privacy.journal import ReleaseJournal
 
 SIGMA, Q, DELTA, TARGET = 2.0, 0.1, 1e-5, 1.5  # 10 Poisson steps per epoch over 100 records
 
@@ -186,7 +187,9 @@ def test_report_is_written_and_lists_every_accountant(finished_run):
     assert report["releases"] == 31 and report["delta"] == DELTA
     assert report["events"] == {"SubsampledGaussianStep": 31}
     assert report["assumptions"] and "dataset size N is public" in report["assumptions"][0]
-    assert report["module"]["releases"] == [{"releases": 31}]
+    step = {"event": "SubsampledGaussianStep", "noise_multiplier": SIGMA, "sample_rate": Q,
+            "sampling": "poisson", "dataset_size": None, "batch_size": None}  # fmt: skip
+    assert report["module"]["releases"] == [{"releases": 31, "emitted": [[step, 31]]}]
     assert report["accountant"] == "rdp" and report["epsilon"] == report["epsilon_rdp"]
     assert report["epsilon_pld"] == pytest.approx(
         subsampled_gaussian_epsilon(SIGMA, Q, 31, DELTA, "pld")
@@ -497,3 +500,143 @@ def test_planned_releases_is_the_first_limit_lightning_reaches(tmp_path, limits,
     options = {"max_epochs": None, "max_steps": -1, **limits}
     trainer = make_trainer(tmp_path, [], **options)
     assert planned_releases(trainer, steps_per_epoch=10) == expected
+
+
+# -- the release journal ------------------------------------------------------------------------
+
+
+def _journal(root: Path) -> ReleaseJournal:
+    (path,) = root.glob("privacy_journal-*.jsonl")
+    journal_id = json.loads(path.read_text().splitlines()[0])["journal"]
+    return ReleaseJournal(path, journal_id)
+
+
+def _crash_after_a_checkpoint(root: Path, crash_at_step: int, **kwargs) -> Path:
+    """A run checkpointing every 5 steps that crashes at ``crash_at_step``; its checkpoints."""
+    checkpoints = root / "ckpt"
+    keep = ModelCheckpoint(checkpoints, save_top_k=-1, every_n_train_steps=5)
+    trainer = make_trainer(
+        root / "a", [PrivacyAccountantCallback(delta=DELTA), keep], enable_checkpointing=True,
+        **kwargs,
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        trainer.fit(ToyDPModule(crash_at_step=crash_at_step))
+    return checkpoints
+
+
+def test_a_resume_composes_the_releases_made_after_the_checkpoint(tmp_path):
+    """Checkpoint at step 5; the process goes on releasing (and logging) steps 5, 6 and 7, then
+    dies. Resuming from the step-5 checkpoint composes all 8 releases of the journal, plus the
+    steps it makes again: 8 + 7 for 12 steps, not 12."""
+    checkpoints = _crash_after_a_checkpoint(tmp_path, 8)
+    assert len(_journal(tmp_path / "a").read()) == 8
+
+    callback = PrivacyAccountantCallback(delta=DELTA)
+    trainer = make_trainer(tmp_path / "b", [callback], max_steps=12)
+    trainer.fit(ToyDPModule(), ckpt_path=checkpoints / "epoch=0-step=5.ckpt")
+    assert trainer.global_step == 12 and callback.releases == 15
+    assert callback.accountant.history == [(SIGMA, Q, 15)]
+    assert callback.epsilon() == pytest.approx(subsampled_gaussian_epsilon(SIGMA, Q, 15, DELTA))
+    journal = _journal(tmp_path / "a")  # the run's one journal, continued by the resume
+    assert len(journal.read()) == 15 and callback.report()["journal"] == str(journal.path)
+
+
+def test_two_crashes_in_a_row_count_the_releases_of_both(tmp_path):
+    """Crash at step 8, resume from step 5 and crash at step 9 (no checkpoint in between),
+    resume from step 5 again: 8 + 4 + 7 = 19 releases for 12 steps."""
+    checkpoints = _crash_after_a_checkpoint(tmp_path, 8)
+    second = make_trainer(tmp_path / "b", [PrivacyAccountantCallback(delta=DELTA)], max_steps=12)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        second.fit(ToyDPModule(crash_at_step=9), ckpt_path=checkpoints / "epoch=0-step=5.ckpt")
+    callback = PrivacyAccountantCallback(delta=DELTA)
+    third = make_trainer(tmp_path / "c", [callback], max_steps=12)
+    third.fit(ToyDPModule(), ckpt_path=checkpoints / "epoch=0-step=5.ckpt")
+    assert third.global_step == 12 and callback.releases == 19
+    assert len(_journal(tmp_path / "a").read()) == 19
+
+
+def test_a_resume_without_the_checkpoints_journal_is_refused(tmp_path):
+    checkpoints = _crash_after_a_checkpoint(tmp_path, 7)
+    for journal in (tmp_path / "a").glob("privacy_journal-*.jsonl"):
+        journal.unlink()
+    module = ToyDPModule()
+    trainer = make_trainer(tmp_path / "b", [PrivacyAccountantCallback(delta=DELTA)], max_steps=9)
+    with pytest.raises(FileNotFoundError, match="release journal .* is missing"):
+        trainer.fit(module, ckpt_path=checkpoints / "epoch=0-step=5.ckpt")
+    assert module.seen == []
+    assert not (tmp_path / "b" / "privacy_report.json").exists()  # no count it cannot know
+
+
+def test_a_checkpoint_naming_no_journal_starts_one_with_its_releases(tmp_path):
+    """A checkpoint whose accountant state names no journal: the new journal begins with the
+    checkpoint's releases, so a later resume from a newer checkpoint still counts them."""
+    checkpoints = _crash_after_a_checkpoint(tmp_path, 7)
+    checkpoint = torch.load(checkpoints / "epoch=0-step=5.ckpt", weights_only=False)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("PrivacyAccountantCallback")]
+    checkpoint["callbacks"][key]["journal"] = None
+    torch.save(checkpoint, tmp_path / "no_journal.ckpt")
+    callback = PrivacyAccountantCallback(delta=DELTA)
+    trainer = make_trainer(tmp_path / "b", [callback], max_steps=8)
+    trainer.fit(ToyDPModule(), ckpt_path=tmp_path / "no_journal.ckpt")
+    assert callback.releases == 8 and len(_journal(tmp_path / "b").read()) == 8
+
+
+# -- restored releases, the schedule of accumulation, reports on failure -------------------------
+
+
+def test_declared_earlier_releases_are_composed_at_the_noise_they_were_made_with(tmp_path):
+    """10 steps at σ = 1 without an accountant, resumed at σ = 2: the 10 earlier releases are
+    composed at the σ the checkpoint stores for them, not at the resumed run's σ."""
+    first = make_trainer(tmp_path, [], max_steps=10)
+    first.fit(ToyDPModule(noise_multiplier=1.0))
+    first.save_checkpoint(tmp_path / "sigma1.ckpt")
+    callback = PrivacyAccountantCallback(delta=DELTA, earlier_releases="as_configured")
+    trainer = make_trainer(tmp_path, [callback], max_steps=16)
+    trainer.fit(ToyDPModule(noise_multiplier=2.0), ckpt_path=tmp_path / "sigma1.ckpt")
+    assert callback.accountant.history == [(1.0, Q, 10), (2.0, Q, 6)]
+    emitted = callback.report()["module"]["releases"][0]["emitted"]
+    assert [(entry["noise_multiplier"], count) for entry, count in emitted] == [(1.0, 10), (2.0, 6)]
+
+
+def test_a_gradient_accumulation_schedule_is_refused_with_a_target(tmp_path):
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    schedule = GradientAccumulationScheduler({0: 1, 1: 3})
+    module = ToyDPModule()
+    trainer = make_trainer(tmp_path, [PrivacyAccountantCallback(TARGET, DELTA), schedule])
+    with pytest.raises(ValueError, match="GradientAccumulationScheduler changes"):
+        trainer.fit(module)
+    assert module.seen == []
+    with pytest.raises(ValueError, match="GradientAccumulationScheduler changes"):
+        planned_releases(make_trainer(tmp_path, [schedule], max_steps=12), 10)
+
+
+@pytest.mark.parametrize("crash", ["budget", "error"])
+def test_a_run_ended_by_an_exception_after_releasing_leaves_both_reports(tmp_path, crash):
+    from lightning_dpot.callbacks import RunReport
+
+    callback = PrivacyAccountantCallback(TARGET, DELTA)
+    if crash == "budget":  # min_steps keeps Lightning from stopping at the target
+        module, kwargs, error = ToyDPModule(), {"min_steps": 40}, PrivacyBudgetExceededError
+    else:
+        module, kwargs, error = ToyDPModule(crash_at_step=7), {}, RuntimeError
+    trainer = make_trainer(tmp_path, [RunReport(), callback], **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(error):
+            trainer.fit(module)
+    releases = len(module.seen)
+    assert releases == (31 if crash == "budget" else 7)
+    privacy = json.loads((tmp_path / "privacy_report.json").read_text())
+    run = json.loads((tmp_path / "report.json").read_text())
+    assert privacy["releases"] == run["privacy"]["releases"] == releases
+    assert privacy["ended_by"] == run["privacy"]["ended_by"] == run["ended_by"] == error.__name__
+    assert privacy["epsilon"] == pytest.approx(
+        subsampled_gaussian_epsilon(SIGMA, Q, releases, DELTA)
+    )
+
+
+def test_the_report_says_what_lies_outside_the_guarantee(finished_run):
+    _, _, callback, _ = finished_run
+    outside = callback.report()["outside_the_guarantee"]
+    assert any("other releases of the same people" in line for line in outside)

@@ -284,3 +284,49 @@ def test_celeba_declares_shape_bounds_and_labels_without_data(tmp_path: Path):
     assert source.sample_shape == (3, 32, 32) and source.num_classes == 2
     assert source.diameter(2) == pytest.approx(2 * (3 * 32 * 32) ** 0.5)
     assert CelebA(tmp_path, label_attribute=None).num_classes is None
+
+
+def _write_idx_test_split(folder: Path, images: np.ndarray, compress: bool) -> None:
+    folder.mkdir(parents=True)
+    labels = np.zeros(len(images), dtype=np.uint8)
+    files = {
+        "t10k-images-idx3-ubyte": bytes([0, 0, 8, 3])
+        + np.array(images.shape, dtype=">i4").tobytes()
+        + images.tobytes(),
+        "t10k-labels-idx1-ubyte": bytes([0, 0, 8, 1])
+        + np.array([len(labels)], dtype=">i4").tobytes()
+        + labels.tobytes(),
+    }
+    for name, data in files.items():
+        if compress:
+            (folder / f"{name}.gz").write_bytes(gzip.compress(data))
+        else:
+            (folder / name).write_bytes(data)
+
+
+def test_idx_record_ids_digest_the_raw_pixels_whatever_the_preprocessing(tmp_path: Path):
+    images = np.random.default_rng(0).integers(0, 256, size=(12, 28, 28), dtype=np.uint8)
+    _write_idx_test_split(tmp_path / "a", images, compress=False)
+    _write_idx_test_split(tmp_path / "b", images, compress=True)
+    base = MNIST(idx_dir=tmp_path / "a", split="test-only", test_size=0).load()
+    assert base.id_namespace == "idx-uint8-pixels" and base.train_ids.dtype == torch.int64
+    assert len(set(base.train_ids.tolist())) == 12
+    for other in (
+        MNIST(idx_dir=tmp_path / "b", split="test-only", test_size=0, image_size=32),
+        FashionMNIST(idx_dir=tmp_path / "b", split="test-only", test_size=0, split_seed=5),
+    ):
+        data = other.load()
+        assert data.id_namespace == base.id_namespace
+        assert sorted(data.train_ids.tolist()) == sorted(base.train_ids.tolist())
+        images_by_id = dict(zip(base.train_ids.tolist(), base.train, strict=True))
+        for i, image in zip(data.train_ids.tolist(), data.train, strict=True):
+            assert torch.equal(pad_to(images_by_id[i], image.shape[-1]), image)
+
+
+def test_image_folder_record_ids_digest_the_files_wherever_they_are(tmp_path: Path):
+    _write_png_folder(tmp_path / "here", {"a": 3, "b": 3})
+    shutil.copytree(tmp_path / "here", tmp_path / "there")
+    base = ImageFolder(tmp_path / "here", image_size=16).load()
+    assert base.id_namespace == "image-file-bytes" and len(set(base.train_ids.tolist())) == 6
+    moved = ImageFolder(tmp_path / "there", image_size=8, grayscale=True, split_seed=3).load()
+    assert sorted(moved.train_ids.tolist()) == sorted(base.train_ids.tolist())

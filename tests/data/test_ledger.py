@@ -1,17 +1,28 @@
 """The privacy ledger (issue 13, item 7): every release of the same raw records is recorded,
-whatever the configuration or cache directory, the report states the total, and a declared
-budget is enforced before any noise is drawn; one release per multi-node run."""
+whatever the configuration, preprocessing or cache directory, central-DP runs included; the
+report states the total, and a declared budget is enforced before any noise is drawn; one
+release per multi-node run."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import lightning_dpot.data.privatized as privatized
-from lightning_dpot.data import HalfCircle, PrivatizedDataModule, TensorFile
-from lightning_dpot.data.ledger import PrivacyBudgetError
+from lightning_dpot.data import (
+    MNIST,
+    CentralDPDataModule,
+    HalfCircle,
+    PrivateLatentDataModule,
+    PrivatizedDataModule,
+    TensorFile,
+)
+from lightning_dpot.data.ledger import LedgerTotal, PrivacyBudgetError, PrivacyLedger
+from lightning_dpot.data.split import make_public_private_split
 
 
 def _module(tmp_path, cache: str, epsilon: float, **kwargs) -> PrivatizedDataModule:
@@ -90,3 +101,122 @@ def test_another_split_of_the_same_people_is_charged_per_record(tmp_path):
         release("resplit", resplit, privacy_budget=1.5)
     fresh = release("fresh", newcomers, privacy_budget=1.5)  # nobody released before
     assert fresh.privacy_report()["ledger"]["all_releases_of_these_records"]["epsilon"] == 1.0
+
+
+# -- keying by record identity: preprocessing does not make records new -------------------------
+def _idx_folder(root: Path, n: int = 40) -> Path:
+    """``n`` random 28×28 uint8 images in the IDX format of the MNIST test split."""
+    gen = np.random.default_rng(0)
+    folder = root / "idx"
+    folder.mkdir()
+    images = gen.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+    labels = gen.integers(0, 10, size=n, dtype=np.uint8)
+    (folder / "t10k-images-idx3-ubyte").write_bytes(
+        bytes([0, 0, 8, 3]) + np.array([n, 28, 28], dtype=">i4").tobytes() + images.tobytes()
+    )
+    (folder / "t10k-labels-idx1-ubyte").write_bytes(
+        bytes([0, 0, 8, 1]) + np.array([n], dtype=">i4").tobytes() + labels.tobytes()
+    )
+    return folder
+
+
+def _mnist(folder: Path, **kwargs) -> MNIST:
+    return MNIST(idx_dir=folder, split="test-only", test_size=8, **kwargs)
+
+
+def _release(tmp_path, source, cache: str, epsilon: float, **kwargs) -> PrivatizedDataModule:
+    dm = PrivatizedDataModule(
+        source, mechanism="laplace", epsilon=epsilon, batch_size=None,
+        cache_dir=str(tmp_path / cache), ledger_dir=str(tmp_path / "ledger"), **kwargs,
+    )  # fmt: skip
+    dm.setup()
+    return dm
+
+
+def test_padding_or_resplitting_the_same_images_is_charged_to_the_same_records(tmp_path):
+    folder = _idx_folder(tmp_path)
+    _release(tmp_path, _mnist(folder), "a", 1.0, privacy_budget=3.5)
+    _release(tmp_path, _mnist(folder), "b", 2.0, privacy_budget=3.5)
+    with pytest.raises(PrivacyBudgetError, match="privacy_budget=3.5.*2 time.*epsilon=3"):
+        _release(tmp_path, _mnist(folder, image_size=32), "c", 1.0, privacy_budget=3.5)
+    resplit = _mnist(folder, image_size=32, split_seed=1)  # another split keeps most records
+    with pytest.raises(PrivacyBudgetError, match="2 time"):
+        _release(tmp_path, resplit, "d", 1.0, privacy_budget=3.5)
+    spent = _release(tmp_path, _mnist(folder, image_size=32), "c", 1.0, exceed_privacy_budget=True)
+    ledger = spent.privacy_report()["ledger"]
+    assert ledger["all_releases_of_these_records"] == {"releases": 3, "epsilon": 4.0, "delta": 0.0}
+    assert ledger["keying"].startswith("record ids declared by the source")
+
+
+def test_records_without_ids_are_keyed_by_their_bytes_and_the_report_says_so(tmp_path):
+    folder = _idx_folder(tmp_path)
+    _release(tmp_path, _mnist(folder), "mnist", 2.0)
+    records = _mnist(folder).load().train
+    torch.save(records, tmp_path / "same.pt")  # the same float32 records, no ids: same bytes
+    with pytest.raises(PrivacyBudgetError, match="1 time.*epsilon=2"):
+        _release(tmp_path, TensorFile(str(tmp_path / "same.pt"), -1.0, 1.0), "same", 2.0,
+                 privacy_budget=3.0)  # fmt: skip
+    torch.save(records * 0.5, tmp_path / "rescaled.pt")  # new bytes, no ids: not recognised
+    rescaled = _release(
+        tmp_path, TensorFile(str(tmp_path / "rescaled.pt"), -1.0, 1.0), "rescaled", 2.0,
+        privacy_budget=3.0,
+    )  # fmt: skip
+    ledger = rescaled.privacy_report()["ledger"]
+    assert ledger["all_releases_of_these_records"] == {"releases": 1, "epsilon": 2.0, "delta": 0.0}
+    assert ledger["keying"] == (
+        "record bytes after preprocessing (the source declares no record ids)"
+    )
+
+
+def test_central_runs_are_opened_at_their_target_and_settled_at_what_they_spent(tmp_path):
+    folder = _idx_folder(tmp_path)
+    options = {"sample_rate": 0.5, "privacy_budget": 4.0, "ledger_dir": str(tmp_path / "ledger")}
+    central = CentralDPDataModule(_mnist(folder), **options)
+    entry = central.ledger_open(3.0, 1e-5, {"accountant": "rdp"})
+    assert central.ledger_total() == LedgerTotal(1, 3.0, 1e-5)
+    central.ledger_settle(entry, 1.25, 1e-5)
+    assert central.ledger_total() == LedgerTotal(1, 1.25, 1e-5)
+    local = _release(tmp_path, _mnist(folder, image_size=32), "local", 2.0, privacy_budget=4.0)
+    assert local.privacy_report()["ledger"]["all_releases_of_these_records"] == {
+        "releases": 2, "epsilon": 3.25, "delta": 1e-5,
+    }  # fmt: skip
+    again = CentralDPDataModule(_mnist(folder), **options)
+    with pytest.raises(PrivacyBudgetError, match="privacy_budget=4.0.*lower the run's target"):
+        again.ledger_open(1.0, None, {})
+    lines = [json.loads(line) for line in (tmp_path / "ledger" / "ledger.jsonl").open()]
+    assert [line.get("settles") for line in lines] == [None, entry, None]  # append-only
+    assert lines[0]["epsilon"] == 3.0 and lines[0]["notion"] == "central"
+    assert lines[0]["accountant"] == "rdp" and lines[0]["n"] == 32
+    with pytest.raises(ValueError, match="entry_id='unknown' is no entry"):
+        central.ledger_settle("unknown", 1.0, None)
+
+
+def test_latent_runs_charge_the_private_part_and_a_crash_keeps_the_opening_epsilon(tmp_path):
+    records = torch.rand(40, 3) * 2 - 1
+    torch.save(records, tmp_path / "all.pt")
+    split = make_public_private_split(records, 0.5, 0)
+    latent = PrivateLatentDataModule(
+        TensorFile(str(tmp_path / "all.pt"), -1.0, 1.0), autoencoder=torch.nn.Linear(3, 2),
+        autoencoder_checkpoint=str(tmp_path / "stage1.ckpt"), ledger_dir=str(tmp_path / "ledger"),
+    )  # fmt: skip
+    latent.ledger_open(2.0, 1e-5, {})  # never settled: the run crashed
+    for part, indices in (("public", split.public), ("private", split.private)):
+        torch.save(records[indices], tmp_path / f"{part}.pt")
+    public = _release(tmp_path, TensorFile(str(tmp_path / "public.pt"), -1.0, 1.0), "p", 1.0)
+    assert public.privacy_report()["ledger"]["all_releases_of_these_records"]["epsilon"] == 1.0
+    private = _release(tmp_path, TensorFile(str(tmp_path / "private.pt"), -1.0, 1.0), "q", 1.0)
+    assert private.privacy_report()["ledger"]["all_releases_of_these_records"] == {
+        "releases": 2, "epsilon": 3.0, "delta": 1e-5,
+    }  # fmt: skip
+    toy = PrivateLatentDataModule(
+        TensorFile(str(tmp_path / "all.pt"), -1.0, 1.0), ledger_dir=str(tmp_path / "ledger")
+    )
+    assert toy.ledger_total() == LedgerTotal(2, 3.0, 1e-5)  # without autoencoder: every record
+
+
+def test_declared_ids_must_be_one_int64_per_record(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger")
+    with pytest.raises(ValueError, match=r"train_ids must be an int64 tensor of shape \(3,\)"):
+        ledger.record_keys(torch.zeros(3, 2), torch.arange(3, dtype=torch.int32), "rows")
+    with pytest.raises(ValueError, match="id_namespace must be a non-empty string"):
+        ledger.record_keys(torch.zeros(3, 2), torch.arange(3), None)

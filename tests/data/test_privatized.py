@@ -286,8 +286,26 @@ def test_shuffled_central_guarantee_for_laplace_release(tmp_path):
     )
     dm.setup("fit")
     report = dm.privacy_report()["central_by_shuffling"]
+    assert report["applies"] is True
     assert report["n"] == 4000 and report["epsilon0"] == 5.0
     assert report["epsilon_numerical"] < 5.0
+
+
+def test_a_public_seed_claims_no_central_guarantee_by_shuffling(tmp_path):
+    """Whoever knows the seed recomputes the permutation (and the noise): the release is not
+    shuffled for them, so the amplification by shuffling does not apply."""
+    dm = _dm(
+        tmp_path,
+        mechanism="laplace",
+        delta=None,
+        shuffle_delta=1e-6,
+        seed=3,
+        source=HalfCircle(n=4000, n_test=10),
+    )
+    dm.setup("fit")
+    report = dm.privacy_report()["central_by_shuffling"]
+    assert report["applies"] is False and "seed is public" in report["reason"]
+    assert not {"epsilon_numerical", "epsilon_closed_form", "epsilon0"} & set(report)
 
 
 def test_shuffling_is_refused_for_the_gaussian_mechanism(tmp_path):

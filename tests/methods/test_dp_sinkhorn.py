@@ -94,9 +94,9 @@ def test_hook_clips_cross_block_jointly_to_clip_norm_and_adds_declared_noise_var
     clip, sigma, n = 0.5, 1.3, 150
     sanitizer = GradientSanitizer(clip, sigma, noise_seed=123, sample_rate=1.0)
     released = sanitizer(grad, n)
-    clipped = sanitizer.last["clipped_cross"]
+    clipped = clip_frobenius(grad[:n], clip)
     assert torch.linalg.vector_norm(clipped).item() == pytest.approx(clip, rel=1e-5)
-    noise = released[:n] - clipped
+    noise = released[:n].double() - clipped
     # 150,000 N(0, (2Δσ)²) draws: the sample std is within ±1% with overwhelming probability.
     assert noise.std().item() == pytest.approx(2 * clip * sigma, rel=0.01)
     assert abs(noise.mean().item()) < 0.01 * 2 * clip * sigma
@@ -115,7 +115,7 @@ def test_debias_rows_are_clipped_jointly_and_receive_no_noise():
     grad = 10 * torch.randn(14, 64, generator=gen)
     n = 10
     released = GradientSanitizer(0.5, 2.0, noise_seed=7, sample_rate=1.0)(grad, n)
-    torch.testing.assert_close(released[n:], clip_frobenius(grad[n:], 0.5), rtol=0, atol=0)
+    torch.testing.assert_close(released[n:], clip_frobenius(grad[n:], 0.5).float(), rtol=0, atol=0)
     assert torch.linalg.vector_norm(released[n:]).item() == pytest.approx(0.5, rel=1e-5)
 
 
@@ -143,24 +143,27 @@ def test_changing_one_real_record_changes_only_the_cross_rows():
     g3 = torch.autograd.grad(loss(x, y[1:], n, lx, ly[1:]), x)[0]
     torch.testing.assert_close(grads[0][n:], g3[n:], rtol=0, atol=0)
     # After sanitization with the same noise: debias rows identical, cross rows within 2Δ.
-    s = GradientSanitizer(0.5, 1.0, noise_seed=9, sample_rate=1.0)
-    r1, r2 = s(grads[0], n, step=4), s(grads[1], n, step=4)
+    r1, r2 = (GradientSanitizer(0.5, 1.0, noise_seed=9, sample_rate=1.0)(g, n) for g in grads)
     torch.testing.assert_close(r1[n:], r2[n:], rtol=0, atol=0)
     assert torch.linalg.vector_norm(r1[:n] - r2[:n]).item() <= 2 * 0.5 + 1e-6
 
 
-class _CaptureSanitizer(L.Callback):
-    """The noise (released − clipped) and the debias rows the sanitizer released, per step."""
+class _CaptureSanitizer(GradientSanitizer):
+    """A sanitizer that also keeps, per call, the noise (released − clipped cross block) and
+    the debias rows it released."""
 
-    def __init__(self) -> None:
-        self.noise: list[torch.Tensor] = []
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.drawn: list[torch.Tensor] = []
         self.debias: list[torch.Tensor] = []
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        last = pl_module.sanitizer.last
-        n = last["num_cross"]
-        self.noise.append(last["released"][:n] - last["clipped_cross"])
-        self.debias.append(last["released"][n:])
+    def __call__(self, grad, num_cross, rank=0):
+        released = super().__call__(grad, num_cross, rank)
+        flat = released.reshape(released.shape[0], -1)
+        cross = clip_frobenius(grad.reshape(grad.shape[0], -1)[:num_cross], self.clip_norm)
+        self.drawn.append(flat[:num_cross].double() - cross)
+        self.debias.append(flat[num_cross:])
+        return released
 
 
 def test_empty_batch_step_releases_noise_and_the_data_free_debias_term(tmp_path: Path):
@@ -171,13 +174,15 @@ def test_empty_batch_step_releases_noise_and_the_data_free_debias_term(tmp_path:
     that the batch was empty (issue 13, item 5)."""
     sigma, clip, n = 0.8, 0.5, 300
     module = tiny_module(noise_multiplier=sigma, clip_norm=clip, num_cross=n)
-    capture = _CaptureSanitizer()
+    capture = _CaptureSanitizer(clip, sigma)
+    capture.delta = module.sanitizer.delta
+    module.sanitizer = capture
     dm = CentralDPDataModule(TinyImages(1), sample_rate=1e-6, steps_per_epoch=3)
     accountant = PrivacyAccountantCallback(target_epsilon=10.0, delta=1e-5)
-    trainer = tiny_trainer(tmp_path, [accountant, capture], max_steps=3)
+    trainer = tiny_trainer(tmp_path, [accountant], max_steps=3)
     trainer.fit(module, dm)
     assert trainer.global_step == 3 and accountant.releases == 3  # empty steps count
-    noise = torch.cat(capture.noise)
+    noise = torch.cat(capture.drawn)
     assert noise.numel() == 3 * n * 64
     event = module.sanitizer.event
     assert noise.std().item() / (2 * clip) == pytest.approx(event.noise_multiplier, rel=0.03)
@@ -421,3 +426,75 @@ def _without_callback_state(source: Path, target: Path) -> Path:
     checkpoint.pop("callbacks", None)
     torch.save(checkpoint, target)
     return target
+
+
+def test_a_private_run_is_entered_in_the_ledger_before_it_releases(tmp_path: Path):
+    """Opened at the target before the first release, settled at what the run spent; a second
+    run on the same records past privacy_budget is refused before it releases anything."""
+    from lightning_dpot.data.ledger import PrivacyBudgetError
+
+    ledger = tmp_path / "ledger"
+    dm = CentralDPDataModule(TinyImages(50), sample_rate=0.2, ledger_dir=str(ledger))
+    accountant = PrivacyAccountantCallback(target_epsilon=3.0, delta=1e-5)
+    trainer = tiny_trainer(tmp_path / "a", [accountant], max_steps=2)
+    trainer.fit(tiny_module(), dm)
+    spent = accountant.epsilon()
+    report = accountant.report()["ledger"]
+    assert report["all_releases_of_these_records"]["epsilon"] == pytest.approx(spent)
+    assert report["all_releases_of_these_records"]["releases"] == 1
+
+    again = CentralDPDataModule(
+        TinyImages(50), sample_rate=0.2, ledger_dir=str(ledger), privacy_budget=spent + 2.0
+    )
+    module = tiny_module()
+    second = tiny_trainer(tmp_path / "b", [PrivacyAccountantCallback(3.0, 1e-5)], max_steps=2)
+    with pytest.raises(PrivacyBudgetError, match="privacy_budget"):
+        second.fit(module, again)
+    assert module.sanitizer.events.total == 0
+
+
+class _CrashAt(L.Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("simulated crash")
+
+
+def test_a_resumed_run_keeps_its_ledger_entry_at_what_it_may_spend(tmp_path: Path):
+    """A crash settles the entry at what was spent so far; the resume sets it back to the
+    target before its first release, settles it at the end, and a resume on another ledger is
+    checked against that ledger's budget."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from lightning_dpot.data.ledger import PrivacyBudgetError
+
+    ledger, target = str(tmp_path / "ledger"), 10.0
+    keep = ModelCheckpoint(tmp_path / "ckpt", save_top_k=-1, every_n_train_steps=2)
+    first = tiny_trainer(
+        tmp_path / "a", [PrivacyAccountantCallback(target, 1e-5), keep, _CrashAt(3)],
+        max_steps=6, enable_checkpointing=True,
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        first.fit(tiny_module(), CentralDPDataModule(TinyImages(50), 0.2, ledger_dir=ledger))
+    dm = CentralDPDataModule(TinyImages(50), 0.2, ledger_dir=ledger)
+    assert dm.ledger_total().epsilon < target  # settled at the 3 releases made
+
+    class Probe(L.Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.total = dm.ledger_total().epsilon
+
+    probe, accountant = Probe(), PrivacyAccountantCallback(target, 1e-5)
+    resumed = tiny_trainer(tmp_path / "b", [accountant, probe], max_steps=6)
+    resumed.fit(tiny_module(), dm, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")
+    assert probe.total == pytest.approx(target)
+    assert dm.ledger_total().epsilon == pytest.approx(accountant.epsilon())
+
+    other = CentralDPDataModule(
+        TinyImages(50), 0.2, ledger_dir=str(tmp_path / "other"), privacy_budget=5.0
+    )
+    module = tiny_module()
+    again = tiny_trainer(tmp_path / "c", [PrivacyAccountantCallback(target, 1e-5)], max_steps=6)
+    with pytest.raises(PrivacyBudgetError, match="privacy_budget"):
+        again.fit(module, other, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")

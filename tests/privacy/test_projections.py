@@ -56,3 +56,25 @@ def test_refuses_nonpositive_radius():
         project_l1_ball(torch.ones(1, 2), 0.0)
     with pytest.raises(ValueError, match="l2_radius must be a finite number > 0"):
         project_l2_ball(torch.ones(1, 2), -1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("radius", [1e-3, 1.0, 7.3, 1e4])
+def test_projected_rows_lie_inside_the_ball_as_stored(dtype, radius):
+    """Adversarial rows: d = 784, magnitudes up to 1e3, some dominated by a few large entries.
+    The rounded output's norm, computed in float64, must not exceed R (the sensitivity is 2R
+    for the stored values), while rows inside the ball come back bit-identical."""
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.rand(400, 784, generator=gen, dtype=torch.float64) * 2 - 1) * 1e3
+    x[::2] *= torch.rand(200, 784, generator=gen, dtype=torch.float64) ** 8
+    x[1::4] *= radius / 1e3 / 784 * 0.999  # inside both balls
+    x = x.to(dtype)
+    for project, norms in (
+        (project_l1_ball, lambda v: v.double().abs().sum(1)),
+        (project_l2_ball, lambda v: v.double().norm(dim=1)),
+    ):
+        out = project(x, radius)
+        assert out.dtype == dtype
+        assert bool((norms(out) <= radius).all()), (project.__name__, norms(out).max() / radius)
+        inside = norms(x) <= radius
+        assert inside.sum() >= 100 and torch.equal(out[inside], x[inside])

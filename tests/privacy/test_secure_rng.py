@@ -26,7 +26,13 @@ from lightning_dpot.data import (
 from lightning_dpot.methods import DPSWFlow
 from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.mechanisms import make_mechanism
-from lightning_dpot.privacy.secure_rng import OSRandom, permutation, standard_normal, uniform
+from lightning_dpot.privacy.secure_rng import (
+    OSRandom,
+    SecretNoise,
+    permutation,
+    standard_normal,
+    uniform,
+)
 
 N = 200_000
 
@@ -136,3 +142,16 @@ def test_dpot_privatize_with_secure_rng_from_a_config(tmp_path, capsys):
     main(["privatize", "--config", str(path), "--output", str(tmp_path / "release.pt")])
     out = json.loads(capsys.readouterr().out)
     assert out["privacy"]["secure_rng"] is True
+
+
+def test_a_pickled_secret_noise_carries_neither_its_seed_nor_its_state():
+    import pickle
+
+    noise = SecretNoise()
+    generator = noise.source()
+    seed, state = generator.initial_seed(), generator.get_state()
+    blob = pickle.dumps(noise)
+    assert seed.to_bytes(8, "little") not in blob
+    assert bytes(state.numpy()[:64]) not in blob
+    restored = pickle.loads(blob)
+    assert restored.source().initial_seed() != seed

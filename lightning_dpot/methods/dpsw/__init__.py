@@ -59,6 +59,11 @@ the same ``b`` indices on every rank (seeded by ``(seed, step)``); rank ``r`` re
 all-gathered (post-processing), so every rank flows toward the same released batch of ``b`` rows.
 Checkpoints gather all shards. Use ``Trainer(use_distributed_sampler=False)``: Lightning's
 distributed sampler would split the step loaders.
+
+**Saved modules.** ``torch.save(model)`` or ``pickle`` (after fit or from a callback mid-run)
+keeps the particles or generator, the cached release and the public stage-1 autoencoder, so a
+loaded module still samples and decodes; it never keeps the datamodule or its private latents
+(a fit binds them, the trainer is dropped as Lightning drops it).
 """
 
 from lightning_dpot.methods.dpsw.flow import DPSWFlow, DPSWFlowR, toy_sliced_wasserstein

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from lightning_dpot.data.latent import PublicDecoder
 from lightning_dpot.data.protocols import LatentPrivateData, require_data
 from lightning_dpot.distributed import rank_world
 from lightning_dpot.methods.dpsw.release import (
@@ -80,6 +81,7 @@ class _ParticleFlow(SlicedReleaseModule):
         # Parameter only so that Lightning counts optimizer steps (global_step) in manual mode.
         self._step_clock = nn.Parameter(torch.zeros(1))
         self.register_buffer("particles", torch.empty(0), persistent=False)
+        self.decoder: PublicDecoder | None = None
 
     # -- setup -----------------------------------------------------------------------------------
     def _datamodule(self) -> Any:
@@ -97,7 +99,7 @@ class _ParticleFlow(SlicedReleaseModule):
         datamodule = self._datamodule()
         datamodule.setup(stage)
         self.dim = int(datamodule.latent_dim)
-        self._decode = datamodule.decode
+        self.decoder = datamodule.public_decoder()
         rank, world = rank_world()
         if self.num_particles % world:
             raise ValueError(
@@ -161,15 +163,15 @@ class _ParticleFlow(SlicedReleaseModule):
         autoencoder = getattr(datamodule, "autoencoder", None)
         if autoencoder is not None and getattr(datamodule, "latents", None) is None:
             load_autoencoder_checkpoint(autoencoder, datamodule.autoencoder_checkpoint)
-        self._decode = datamodule.decode
+        self.decoder = datamodule.public_decoder()
 
     # -- samples ---------------------------------------------------------------------------------
     @torch.no_grad()
     def decode(self, z: Tensor) -> Tensor:
-        decode = getattr(self, "_decode", None)
-        if decode is None:
+        """Latents → records on the CPU (the latents themselves before a decoder is attached)."""
+        if self.decoder is None:
             return z
-        return decode(z).cpu()
+        return self.decoder(z).cpu()
 
     @property
     def max_samples(self) -> int:

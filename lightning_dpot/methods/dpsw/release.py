@@ -48,6 +48,10 @@ class BatchReleases:
         self.release, self.seed = release, seed
         self.datamodule: Any = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """All but the bound datamodule, whose private records a saved module must not carry."""
+        return {**self.__dict__, "datamodule": None}
+
     def bind(
         self,
         name: str,

@@ -1,0 +1,139 @@
+"""The release journal: every privacy event of a run, on disk before its noise is drawn.
+
+A checkpoint holds the accountant's history as of the step it was written; a process killed
+later has made more releases, and their outputs (a logged loss, a printed line, a sample) may
+already have left it. So the accountant also attaches a :class:`ReleaseJournal` to every release
+object's :class:`~lightning_dpot.privacy.events.EventLog`: :meth:`ReleaseJournal.append` writes
+one JSON line per event and ``fsync``-s it inside ``emit``, which a release object calls before
+it draws its noise. Whatever a crash leaves behind, every release that produced anything is in
+the journal.
+
+One journal serves a run and all its resumes: the checkpoint names it, and a resumed process
+appends to it. A resumed run composes the whole journal, not the checkpoint, so releases made
+after the last checkpoint, by any process, count (a crash over-counts by the one release being
+journaled, and two resumes from one checkpoint count both branches: never an under-count).
+
+The first line, ``{"journal": id}``, names the journal (the checkpoint stores the id, so another
+run's journal is refused). Each further line is ``{"process": p, "seq": k, "release": i,
+"event": {...}}``: ``k`` counts process ``p``'s releases from 0, ``i`` is the index of the
+release object in the module's :meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.
+privacy_releases`. A last line without its newline is an append that the crash interrupted: its
+``emit`` never returned, so its noise was never drawn, and it is ignored. Any other unreadable
+line is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lightning_dpot.privacy.events import PrivacyEvent, event_from_dict
+
+__all__ = ["ReleaseJournal"]
+
+
+class ReleaseJournal:
+    """An append-only, ``fsync``-ed file of a run's privacy events (module docstring).
+
+    Args:
+        path: the journal file.
+        journal_id: the id its first line holds (a fresh one for a new journal).
+    """
+
+    def __init__(self, path: str | Path, journal_id: str | None = None) -> None:
+        self.path = Path(path)
+        self.id = journal_id or uuid.uuid4().hex
+        self.process = uuid.uuid4().hex[:12]
+        self.count = 0
+
+    def read(self) -> list[tuple[int, PrivacyEvent]]:
+        """``(release index, event)`` of every complete line, in file order.
+
+        Raises:
+            FileNotFoundError: if the journal does not exist.
+            ValueError: if it is another journal than ``journal_id``, or a line other than an
+                interrupted last one is unreadable or out of its process's sequence.
+        """
+        lines = self.path.read_text().split("\n")
+        lines.pop()  # "" after the last newline, or an interrupted append: never released
+        where = f"journal={str(self.path)!r}"
+        if not lines or _record(lines[0], 1, where).get("journal") != self.id:
+            raise ValueError(f"{where} is not the journal {self.id} that the checkpoint names")
+        entries, counts = [], {}
+        for number, line in enumerate(lines[1:], start=2):
+            entry = _record(line, number, where)
+            try:
+                process, seq = str(entry["process"]), int(entry["seq"])
+                index, event = int(entry["release"]), event_from_dict(entry["event"])
+            except (ValueError, KeyError, TypeError) as error:
+                raise ValueError(
+                    f"{where}: line {number} is not a release record ({error})"
+                ) from error
+            if seq != counts.get(process, 0):
+                raise ValueError(
+                    f"{where}: line {number} has seq={seq} for process {process}, expected "
+                    f"{counts.get(process, 0)} (lines lost or reordered)"
+                )
+            counts[process] = seq + 1
+            entries.append((index, event))
+        return entries
+
+    def start(self, entries: Sequence[tuple[int, PrivacyEvent]] = ()) -> None:
+        """Create the journal with its id line and ``entries`` (releases already made, e.g. by
+        a run that kept no journal), atomically: staged beside it, ``fsync``-ed, renamed."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps({"journal": self.id}) + "\n")
+                for seq, (index, event) in enumerate(entries):
+                    fh.write(self._line(seq, index, event))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(staging, self.path)
+        except BaseException:
+            if os.path.exists(staging):
+                os.remove(staging)
+            raise
+        _fsync_directory(self.path.parent)
+        self.count = len(entries)
+
+    def append(self, index: int, event: PrivacyEvent) -> None:
+        """Write one event durably; returns only once it is on disk."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, self._line(self.count, index, event).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.count += 1
+
+    def writer(self, index: int) -> Callable[[PrivacyEvent], None]:
+        """The ``EventLog.journal`` of the release object at ``index``."""
+        return lambda event: self.append(index, event)
+
+    def _line(self, seq: int, index: int, event: PrivacyEvent) -> str:
+        entry = {"process": self.process, "seq": seq, "release": index, "event": event.as_dict()}
+        return json.dumps(entry) + "\n"
+
+
+def _record(line: str, number: int, where: str) -> dict:
+    try:
+        entry = json.loads(line)
+    except ValueError as error:
+        raise ValueError(f"{where}: line {number} is not a release record ({error})") from error
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: line {number} is not a release record")
+    return entry
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
