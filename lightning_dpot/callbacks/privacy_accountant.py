@@ -169,8 +169,8 @@ class PrivacyAccountantCallback(Callback):
         self._log_dir: Path | None = None
         self._outside: list[str] = []
         self._ended_by: str | None = None
-        # (id, ε it was opened at, ledger path) of the run's entry in its data's privacy ledger
-        self._ledger_entry: tuple[str, float, str] | None = None
+        # (id, ε it was opened at) of the run's entry in its data's privacy ledger
+        self._ledger_entry: tuple[str, float] | None = None
         self._ledger: dict[str, Any] | None = None
 
     # -- composition --------------------------------------------------------------------------
@@ -323,26 +323,21 @@ class PrivacyAccountantCallback(Callback):
     def _open_ledger_entry(self, trainer: L.Trainer, module: ReleasesPrivateData) -> None:
         """Enter the run in its datamodule's privacy ledger (global rank 0) before its first
         release, at the most it may spend: its target, else the ε of its planned releases on
-        top of the restored ones. A resumed run keeps its entry in the same ledger, set back to
-        the ε it was opened at (an earlier settlement counted only the releases before it),
-        unless its plan spends more: then a new entry at the new plan is opened before the old
-        one is settled at what the restored releases spent, so a crash in between over-counts."""
+        top of the restored ones. A resumed run whose entry this ledger holds for the same
+        records sets it back to that (an earlier settlement counted only the releases made
+        before it), checking ``privacy_budget`` as for a new entry; otherwise it opens one."""
         datamodule = trainer.datamodule
         if not trainer.is_global_zero or not isinstance(datamodule, CentralRunLedger):
             return
         planned = self._planned_epsilon(trainer, module)
         kept = self._ledger_entry
-        if kept is not None and kept[2] != str(datamodule.ledger.path):
-            kept = None  # another ledger: this one has not seen the run
-        if kept is not None and planned <= kept[1]:
-            datamodule.ledger_settle(kept[0], kept[1], self.delta)
-            self._ledger_entry = kept
+        if kept is not None and datamodule.ledger_holds(kept[0]):
+            planned = max(planned, kept[1])
+            datamodule.ledger_reopen(kept[0], planned, self.delta)
+            self._ledger_entry = (kept[0], planned)
             return
         facts = {"method": type(module).__name__, "accountant": self.accountant.name}
-        entry = datamodule.ledger_open(planned, self.delta, facts)
-        if kept is not None:
-            datamodule.ledger_settle(kept[0], self.epsilon(), self.delta)
-        self._ledger_entry = (entry, planned, str(datamodule.ledger.path))
+        self._ledger_entry = (datamodule.ledger_open(planned, self.delta, facts), planned)
 
     def _planned_epsilon(self, trainer: L.Trainer, module: ReleasesPrivateData) -> float:
         if self.target_epsilon is not None:
@@ -392,8 +387,10 @@ class PrivacyAccountantCallback(Callback):
         outcome: tuple[str, Any] | None = None
         if trainer.is_global_zero and restored is not None:
             try:
+                self._journal = ReleaseJournal(*restored)
+                self._journal.acquire()  # held until the run ends: no concurrent resume
                 outcome = ("entries", self._read_journal(*restored))
-            except (OSError, ValueError) as error:
+            except (OSError, ValueError, RuntimeError) as error:
                 outcome = ("error", error)
         outcome = trainer.strategy.broadcast(outcome, src=0)
         if outcome is not None and outcome[0] == "error":
@@ -401,13 +398,13 @@ class PrivacyAccountantCallback(Callback):
         if outcome is not None:
             self._adopt_journal(outcome[1], module)
         if trainer.is_global_zero:
-            if restored is not None:
-                self._journal = ReleaseJournal(*restored)
-            else:  # a new run, or a checkpoint that names no journal: start one with its releases
+            if restored is None:  # a new run, or a checkpoint naming no journal: its releases
                 assert self._log_dir is not None
                 name = f"privacy_journal-{uuid.uuid4().hex[:12]}.jsonl"
                 self._journal = ReleaseJournal(self._log_dir / name)
+                self._journal.acquire()
                 self._journal.start([(0, event) for event in self._composed_events()])
+            assert self._journal is not None
             for index, release in enumerate(module.privacy_releases()):
                 release.events.journal = self._journal.writer(index)
         self._journal_ready = True
@@ -629,6 +626,7 @@ class PrivacyAccountantCallback(Callback):
         finally:  # the report is written even if the ledger cannot be settled
             if trainer.is_global_zero:
                 write_privacy_report(self._report_path(trainer), self.report())
+            self._release_journal()
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -636,9 +634,21 @@ class PrivacyAccountantCallback(Callback):
         """A run that ends by an exception after releasing still reports what it released:
         the events emitted so far are composed, the ledger entry is settled and
         ``privacy_report.json`` is written, saying which exception ended the run."""
-        if self._note_exception(trainer, pl_module, exception) and self.releases:
-            if trainer.is_global_zero:
-                write_privacy_report(self._report_path(trainer), self.report())
+        try:
+            if self._note_exception(trainer, pl_module, exception) and self.releases:
+                if trainer.is_global_zero:
+                    write_privacy_report(self._report_path(trainer), self.report())
+        finally:
+            self._release_journal()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._release_journal()
+
+    def _release_journal(self) -> None:
+        """Give up the journal's lock (:meth:`ReleaseJournal.acquire`): the run is over, so
+        another process may resume it."""
+        if self._journal is not None:
+            self._journal.release()
 
     def _note_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException | None
@@ -703,9 +713,7 @@ class PrivacyAccountantCallback(Callback):
         journal = state_dict.get("journal")
         self._restored_journal = None if journal is None else (str(journal[0]), str(journal[1]))
         entry = state_dict.get("ledger_entry")
-        self._ledger_entry = (
-            None if entry is None else (str(entry[0]), float(entry[1]), str(entry[2]))
-        )
+        self._ledger_entry = None if entry is None else (str(entry[0]), float(entry[1]))
         self._restored = True
         self._budget = None
 

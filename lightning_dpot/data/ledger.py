@@ -202,9 +202,9 @@ class PrivacyLedger:
                 entries.append(item)
         return entries, settled
 
-    def total(self, keys: RecordKeys) -> LedgerTotal:
+    def total(self, keys: RecordKeys, exclude: str | None = None) -> LedgerTotal:
         """The worst record's total over the releases recorded so far, each at its settled
-        (ε, δ) where it has one."""
+        (ε, δ) where it has one, leaving out the entry ``exclude``."""
         if len(keys) == 0:
             return LedgerTotal(0, 0.0, 0.0)
         query = keys.by_keying()
@@ -213,6 +213,8 @@ class PrivacyLedger:
         delta = np.zeros(len(keys))
         entries, settled = self._read()
         for entry in entries:
+            if exclude is not None and entry.get("id") == exclude:
+                continue
             # Entries written before record ids existed name one file of byte keys.
             files = entry.get("keys") or {"bytes": entry["records"]}
             seen = np.zeros(len(keys), dtype=bool)
@@ -242,11 +244,12 @@ class PrivacyLedger:
         budget: float | None,
         exceed: bool,
         remedy: str = BUDGET_REMEDY,
+        exclude: str | None = None,
     ) -> LedgerTotal:
-        """The worst record's total after a new (ε, δ) release of the records of ``keys``;
-        raises :class:`PrivacyBudgetError` (ending with ``remedy``) if its ε passes ``budget``
-        and ``exceed`` is False."""
-        before = self.total(keys)
+        """The worst record's total after a new (ε, δ) release of the records of ``keys`` (in
+        place of the entry ``exclude``, if given); raises :class:`PrivacyBudgetError` (ending
+        with ``remedy``) if its ε passes ``budget`` and ``exceed`` is False."""
+        before = self.total(keys, exclude)
         after = LedgerTotal(
             before.releases + 1, before.epsilon + epsilon, before.delta + (delta or 0.0)
         )
@@ -314,10 +317,62 @@ class PrivacyLedger:
                 {"settles": entry_id, "epsilon": epsilon, "delta": delta, "created": time.time()}
             )
 
+    def reopen(
+        self,
+        entry_id: str,
+        keys: RecordKeys,
+        epsilon: float,
+        delta: float | None,
+        budget: float | None = None,
+        exceed: bool = False,
+        remedy: str = BUDGET_REMEDY,
+    ) -> None:
+        """Set the entry ``entry_id`` of the records of ``keys`` (a run being resumed,
+        :meth:`holds`) back to the most it may spend, (ε, δ), after checking the budget as for
+        a new release in its place (an earlier settlement counted only the releases made
+        before it)."""
+        epsilon, delta = check_epsilon(epsilon), _check_ledger_delta(delta)
+        with self.locked():
+            self._entry(entry_id)
+            self.check_budget(keys, epsilon, delta, budget, exceed, remedy, exclude=entry_id)
+            self._append(
+                {"settles": entry_id, "epsilon": epsilon, "delta": delta, "created": time.time()}
+            )
+
+    def holds(self, entry_id: str, keys: RecordKeys) -> bool:
+        """Whether ``entry_id`` is an entry of this ledger made for exactly the records of
+        ``keys`` (a resume on other records, or on another ledger, must open its own)."""
+        try:
+            entry = self._entry(entry_id)
+        except ValueError:
+            return False
+        files = entry.get("keys") or {"bytes": entry["records"]}
+        current = keys.by_keying()
+        return files.keys() == current.keys() and all(
+            np.array_equal(np.unique(current[k]), np.load(self.directory / "records" / name))
+            for k, name in files.items()
+        )
+
+    def _entry(self, entry_id: str) -> dict:
+        for entry in self._read()[0]:
+            if entry.get("id") == entry_id:
+                return entry
+        raise ValueError(f"entry_id={entry_id!r} is no entry of the ledger {self.path}")
+
     def _append(self, line: dict) -> None:
+        """Append one line durably (``fsync``): an entry must survive a power loss once the
+        run it opens has started releasing."""
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a") as fh:
             fh.write(json.dumps(line) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+CENTRAL_REMEDY = (
+    "Raise privacy_budget, lower the run's target epsilon, or set exceed_privacy_budget=True to "
+    "spend it deliberately"
+)
 
 
 class CentralRunLedger:
@@ -374,8 +429,29 @@ class CentralRunLedger:
             {"notion": "central", "data_module": type(self).__name__, **facts},
             self.privacy_budget,
             self.exceed_privacy_budget,
-            "Raise privacy_budget, lower the run's target epsilon, or set "
-            "exceed_privacy_budget=True to spend it deliberately",
+            CENTRAL_REMEDY,
+        )
+
+    def ledger_holds(self, entry_id: str) -> bool:
+        """Whether ``entry_id`` is this ledger's entry for exactly this run's private records
+        (:meth:`PrivacyLedger.holds`)."""
+        return self.ledger.holds(entry_id, self._ledger_keys())
+
+    def ledger_reopen(self, entry_id: str, epsilon: float, delta: float | None) -> None:
+        """Set a resumed run's entry back to the most it may spend, checking ``privacy_budget``
+        as :meth:`ledger_open` does (:meth:`PrivacyLedger.reopen`).
+
+        Raises:
+            PrivacyBudgetError: as :meth:`ledger_open`.
+        """
+        self.ledger.reopen(
+            entry_id,
+            self._ledger_keys(),
+            epsilon,
+            delta,
+            self.privacy_budget,
+            self.exceed_privacy_budget,
+            CENTRAL_REMEDY,
         )
 
     def ledger_settle(self, entry_id: str, epsilon: float, delta: float | None) -> None:

@@ -11,7 +11,11 @@ the journal.
 One journal serves a run and all its resumes: the checkpoint names it, and a resumed process
 appends to it. A resumed run composes the whole journal, not the checkpoint, so releases made
 after the last checkpoint, by any process, count (a crash over-counts by the one release being
-journaled, and two resumes from one checkpoint count both branches: never an under-count).
+journaled, and two resumes from one checkpoint, one after the other, count both branches: never
+an under-count).
+
+One process at a time holds the journal (:meth:`ReleaseJournal.acquire`): a second process
+resuming the same run while the first still runs is refused.
 
 The first line, ``{"journal": id}``, names the journal (the checkpoint stores the id, so another
 run's journal is refused). Each further line is ``{"process": p, "seq": k, "release": i,
@@ -24,6 +28,7 @@ line is refused.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -49,6 +54,38 @@ class ReleaseJournal:
         self.id = journal_id or uuid.uuid4().hex
         self.process = uuid.uuid4().hex[:12]
         self.count = 0
+        self._lock: int | None = None
+
+    def acquire(self) -> None:
+        """Hold the journal alone (an ``flock`` on ``<journal>.lock``) until :meth:`release`
+        or the process ends: a second process resuming the same run at the same time would
+        compose the journal without the first one's later releases and check the budget
+        alone, so it is refused.
+
+        Raises:
+            RuntimeError: if another process holds the journal.
+        """
+        if self._lock is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(f"{self.path.name}.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(
+                f"the release journal {str(self.path)!r} is in use by another process resuming "
+                "or running the same run; two processes releasing under one journal would each "
+                "account only their own releases. Wait for it to end, or stop it"
+            ) from None
+        self._lock = fd
+
+    def release(self) -> None:
+        """Let another process take the journal (:meth:`acquire`)."""
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            os.close(self._lock)
+            self._lock = None
 
     def read(self) -> list[tuple[int, PrivacyEvent]]:
         """``(release index, event)`` of every complete line, in file order.
@@ -103,10 +140,27 @@ class ReleaseJournal:
         self.count = len(entries)
 
     def append(self, index: int, event: PrivacyEvent) -> None:
-        """Write one event durably; returns only once it is on disk."""
+        """Write one event durably; returns only once it is on disk.
+
+        Raises:
+            OSError: if the line could not be written whole (a full disk, a quota): the part
+                written is cut off again and the caller's release does not happen.
+        """
+        line = self._line(self.count, index, event).encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, self._line(self.count, index, event).encode())
+            end = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                written = os.write(fd, line)
+            except OSError:
+                os.ftruncate(fd, end)
+                raise
+            if written != len(line):
+                os.ftruncate(fd, end)
+                raise OSError(
+                    f"journal={str(self.path)!r}: wrote {written} of {len(line)} bytes (disk "
+                    "full?); the release was not made"
+                )
             os.fsync(fd)
         finally:
             os.close(fd)

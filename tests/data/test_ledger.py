@@ -220,3 +220,23 @@ def test_declared_ids_must_be_one_int64_per_record(tmp_path):
         ledger.record_keys(torch.zeros(3, 2), torch.arange(3, dtype=torch.int32), "rows")
     with pytest.raises(ValueError, match="id_namespace must be a non-empty string"):
         ledger.record_keys(torch.zeros(3, 2), torch.arange(3), None)
+
+
+def test_a_resumed_run_sets_its_entry_back_within_the_budget_and_only_for_its_records(tmp_path):
+    """A run settled low by an exception lets another run in under the budget; setting the
+    first run's entry back to its target (its resume) is then refused past the budget. An
+    entry is kept by a resume only on the same records of the same ledger."""
+    folder = _idx_folder(tmp_path)
+    options = {"sample_rate": 0.5, "privacy_budget": 10.0, "ledger_dir": str(tmp_path / "ledger")}
+    first = CentralDPDataModule(_mnist(folder), **options)
+    entry = first.ledger_open(8.0, 1e-5, {})
+    first.ledger_settle(entry, 4.34, 1e-5)  # what it spent before its exception
+    CentralDPDataModule(_mnist(folder), **options).ledger_open(5.0, 1e-5, {})
+    assert first.ledger_holds(entry)
+    with pytest.raises(PrivacyBudgetError, match="privacy_budget=10.0"):
+        first.ledger_reopen(entry, 8.0, 1e-5)
+    assert first.ledger_total().epsilon == pytest.approx(9.34)
+    other = CentralDPDataModule(_mnist(folder, limit=16), **options)
+    assert not other.ledger_holds(entry)
+    elsewhere = {**options, "ledger_dir": str(tmp_path / "other")}
+    assert not CentralDPDataModule(_mnist(folder), **elsewhere).ledger_holds(entry)

@@ -75,3 +75,33 @@ def test_an_event_log_journals_each_event_before_counting_it(tmp_path):
     with pytest.raises(OSError):
         log.emit(STEP)
     assert log.total == 1 and len(log.pending) == 1  # nothing counted that was not journaled
+
+
+def test_a_journal_is_held_by_one_process_at_a_time(tmp_path):
+    first = ReleaseJournal(tmp_path / "journal.jsonl")
+    first.start()
+    first.acquire()
+    second = ReleaseJournal(first.path, first.id)
+    with pytest.raises(RuntimeError, match="in use by another process"):
+        second.acquire()
+    first.release()
+    second.acquire()
+    second.release()
+
+
+def test_a_short_write_is_cut_off_and_refused(tmp_path, monkeypatch):
+    """A full disk can write part of a line and return: the part is removed and the append
+    raises, so the caller draws no noise for a release the journal would not hold."""
+    import lightning_dpot.privacy.journal as journal_module
+
+    journal = ReleaseJournal(tmp_path / "journal.jsonl")
+    journal.start([(0, STEP)])
+    before = journal.path.read_bytes()
+    real_write = journal_module.os.write
+    monkeypatch.setattr(journal_module.os, "write", lambda fd, data: real_write(fd, data[:10]))
+    with pytest.raises(OSError, match="wrote 10 of"):
+        journal.append(0, STEP)
+    monkeypatch.setattr(journal_module.os, "write", real_write)
+    assert journal.path.read_bytes() == before and journal.count == 1
+    journal.append(0, STEP)
+    assert len(journal.read()) == 2
