@@ -119,8 +119,8 @@ class PrivatizedDataModule(L.LightningDataModule):
             ``zhao`` or ``classical``.
         l1_radius: project each record onto the ℓ1 ball of this radius before noise.
         l2_radius: project each record onto the ℓ2 ball of this radius before noise.
-        transform: ``identity`` (the default) or ``dct`` (orthonormal 2-D DCT, paper 001
-            §IV-E).
+        transform: ``identity`` (the default) or ``dct`` (orthonormal 2-D DCT, Reshetova et
+            al. 2024, §IV-E).
         dct_keep: side of the kept low-frequency DCT block.
         seed: noise seed; ``None`` draws a secret one (recommended, see module docstring).
         secure_rng: draw the noise and the release order from the OS CSPRNG

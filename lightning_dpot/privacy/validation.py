@@ -125,7 +125,7 @@ def check_records(records: Tensor, low: float, high: float, name: str = "records
 
 def check_unit_ball(records: Tensor, name: str = "records", tolerance: float = 1e-5) -> None:
     """Require ``(n, d)`` records to be finite with ``‖x_i‖₂ ≤ 1 + tolerance`` (the support of
-    the sliced release's sensitivity, paper 004 §5.2).
+    the sliced release's sensitivity, Sebag et al. 2023, §5.2).
 
     Raises:
         ValueError: naming the failure, how many records fail and the first one's index.
