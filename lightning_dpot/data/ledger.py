@@ -123,6 +123,12 @@ class RecordKeys:
         return "record ids declared by the source, and record bytes after preprocessing"
 
 
+def _key_files(entry: dict) -> dict[str, str]:
+    """The key files of a ledger entry by keying; an entry written before record ids existed
+    names one file of byte keys."""
+    return entry.get("keys") or {"bytes": entry["records"]}
+
+
 def _blake64(digest: hashlib.blake2b) -> int:
     return int.from_bytes(digest.digest(), "big")
 
@@ -215,8 +221,7 @@ class PrivacyLedger:
         for entry in entries:
             if exclude is not None and entry.get("id") == exclude:
                 continue
-            # Entries written before record ids existed name one file of byte keys.
-            files = entry.get("keys") or {"bytes": entry["records"]}
+            files = _key_files(entry)
             seen = np.zeros(len(keys), dtype=bool)
             for keying, name in files.items():
                 if keying in query:
@@ -311,11 +316,8 @@ class PrivacyLedger:
         epsilon = check_nonnegative("epsilon", epsilon)
         delta = _check_ledger_delta(delta)
         with self.locked():
-            if entry_id not in {entry.get("id") for entry in self._read()[0]}:
-                raise ValueError(f"entry_id={entry_id!r} is no entry of the ledger {self.path}")
-            self._append(
-                {"settles": entry_id, "epsilon": epsilon, "delta": delta, "created": time.time()}
-            )
+            self._entry(entry_id)
+            self._append_settlement(entry_id, epsilon, delta)
 
     def reopen(
         self,
@@ -335,9 +337,7 @@ class PrivacyLedger:
         with self.locked():
             self._entry(entry_id)
             self.check_budget(keys, epsilon, delta, budget, exceed, remedy, exclude=entry_id)
-            self._append(
-                {"settles": entry_id, "epsilon": epsilon, "delta": delta, "created": time.time()}
-            )
+            self._append_settlement(entry_id, epsilon, delta)
 
     def holds(self, entry_id: str, keys: RecordKeys) -> bool:
         """Whether ``entry_id`` is an entry of this ledger made for exactly the records of
@@ -346,7 +346,7 @@ class PrivacyLedger:
             entry = self._entry(entry_id)
         except ValueError:
             return False
-        files = entry.get("keys") or {"bytes": entry["records"]}
+        files = _key_files(entry)
         current = keys.by_keying()
         return files.keys() == current.keys() and all(
             np.array_equal(np.unique(current[k]), np.load(self.directory / "records" / name))
@@ -358,6 +358,11 @@ class PrivacyLedger:
             if entry.get("id") == entry_id:
                 return entry
         raise ValueError(f"entry_id={entry_id!r} is no entry of the ledger {self.path}")
+
+    def _append_settlement(self, entry_id: str, epsilon: float, delta: float | None) -> None:
+        self._append(
+            {"settles": entry_id, "epsilon": epsilon, "delta": delta, "created": time.time()}
+        )
 
     def _append(self, line: dict) -> None:
         """Append one line durably (``fsync``): an entry must survive a power loss once the

@@ -128,9 +128,9 @@ class EventLog:
     (both saved in checkpoints, so a resumed run continues the count and knows the σ and q of
     every earlier release, whatever its own configuration).
 
-    A ``journal`` (set by the accountant, :class:`~lightning_dpot.privacy.journal.
-    ReleaseJournal`) records each event durably *inside* :meth:`emit`; a release object emits
-    before it draws its noise, so no noisy output can exist without its event on disk.
+    A ``journal`` (a callable the accountant sets, :meth:`~lightning_dpot.privacy.journal.
+    ReleaseJournal.writer`) records each event durably *inside* :meth:`emit`; a release object
+    emits before it draws its noise, so no noisy output can exist without its event on disk.
 
     Within one process ``total`` never goes down: loading an older state (Lightning's tuner
     restores its temporary checkpoint after ``lr_find``; ``fit(ckpt_path=...)`` on a module that
