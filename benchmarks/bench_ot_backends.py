@@ -2,9 +2,10 @@
 POT, on the same clouds, λ and cost; fwd+bwd time, peak extra memory, sweeps to tolerance.
 
 Conventions: W_{2,λ}(‖·‖²) = 2·OT_{λ/2}(½‖·‖²) in geomloss (blur = √(λ/2), value doubled);
-p = 1 is geomloss with the ℓ1 cost as a dense callable (tensorized) — its KeOps backends have
-no ℓ1 formula. ``previous`` is ``EntropicOT`` before issue 12 (geomloss tensorized, our cost,
-scaling 0.95, one sweep at λ). POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense
+p = 1 is geomloss with the ℓ1 cost as a dense callable (tensorized), the KeOps formula
+``"Sum(Abs(X-Y))"`` (online) or both (multiscale: ``cost=(formula, routine)``). ``previous`` is
+``EntropicOT`` as it was first built on geomloss (tensorized, our cost, scaling 0.95, one sweep
+at λ). POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense
 cost (float64, to ``stopThr`` 1e-6); it returns the transport cost ⟨π, C⟩ without the entropy
 term, so its value is not comparable, only its time.
 Peak memory is the growth of the process' maximum RSS during the call (a lower bound when an
@@ -95,10 +96,15 @@ def run_one(case: str, impl: str, repeats: int, device: str) -> dict:
 
             def call(xr):
                 return 2 * gl(xr, y)
-        else:
+        else:  # the ℓ1 cost: a dense callable, a KeOps formula, or both (multiscale)
+            cost = {
+                "tensorized": lp_cost(1),
+                "online": "Sum(Abs(X-Y))",
+                "multiscale": ("Sum(Abs(X-Y))", lp_cost(1)),
+            }[backend]
             gl = SamplesLoss(
                 "sinkhorn", p=1, blur=reg, diameter=diameter, scaling=0.9, debias=False,
-                cost=lp_cost(1), backend="tensorized",
+                cost=cost, backend=backend,
             )  # fmt: skip
 
             def call(xr):
@@ -148,10 +154,8 @@ def run_one(case: str, impl: str, repeats: int, device: str) -> dict:
 
 
 def _skip_reason(impl: str, n: int, m: int, dim: int, p: int, args) -> str | None:
-    if impl == "geomloss-multiscale" and (dim > 3 or p == 1):
-        return "geomloss multiscale: d <= 3 and no ℓ1 KeOps cost"
-    if impl == "geomloss-online" and p == 1:
-        return "geomloss online: no ℓ1 KeOps cost"
+    if impl == "geomloss-multiscale" and dim > 3:
+        return "geomloss multiscale: d <= 3"
     if impl in ("ours-multiscale", "ours-truncated") and dim > 3:
         return "multiscale: d <= 3"
     if impl == "pot" and n * m > args.max_pot_pairs:

@@ -312,7 +312,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
                 dim, float(datamodule.value_range), self.l1_weight, class_weight
             ),
             scaling=self.sinkhorn_scaling,
-            warn_not_converged=not self.private,
+            fixed_budget=self.private,
         )
 
     def on_train_start(self) -> None:
@@ -350,8 +350,6 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         if not self.private:  # the loss and the solve on real records are not released
             self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)
             log_sinkhorn_info(self, self.loss_fn.last_info)
-        else:  # nor kept where a saved module would carry them (iterations, marginal error)
-            self.loss_fn.last_info = None
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -187,6 +187,9 @@ class ConditionalDCGANGenerator(nn.Module):
             nn.Tanh(),
         )
         self.apply(dcgan_init)
+        # Channels-last weights: oneDNN's transposed convolutions run forward + backward about
+        # 12% faster on one CPU thread (benchmarks/bench_dp_sinkhorn_step.py); values unchanged.
+        self.to(memory_format=torch.channels_last)
 
     @property
     def output_shape(self) -> tuple[int, int, int]:

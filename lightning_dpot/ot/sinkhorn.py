@@ -30,7 +30,7 @@ the plan of (f, g*) whose rows sum exactly to a (geomloss' "last extrapolation")
 * ``tensorized``: the dense ``N × M`` cost, computed once per solve; each sweep reuses one
   preallocated ``N × M`` buffer (no fresh temporaries per iteration).
 * ``online``: KeOps reductions, O(N + M) memory in any dimension, CPU and GPU.
-* ``multiscale`` (d ≤ 3), one of two kernels on the points, both after annealing on the
+* ``multiscale`` (d ≤ 3), one of three kernels on the points, all after annealing on the
   centroids of a grid clustering:
 
   - p = 2 (``taylor``): the certified Taylor cluster expansion of
@@ -39,12 +39,29 @@ the plan of (f, g*) whose rows sum exactly to a (geomloss' "last extrapolation")
     spread of the clouds, where truncation would keep every cluster pair). The centroids'
     problem is solved to ``tol`` at λ and extrapolated to the points; the sweeps at λ then run
     through the expansion, and ρ is added to the marginal error they report (:func:`_converge`).
+  - p = 1 in d ≤ 2 (``laplace-d``): the exact ℓ1 softmin of :mod:`lightning_dpot.ot.laplace`
+    (quadrant dominance sums over a grid of blocks plus the pairs that share a block; plain
+    torch, float64, no KeOps). The centroids' problem (cubes of side ``cluster_scale``) is
+    annealed while ε > cluster_scale^p (solved to ``tol`` when λ is above it) and extrapolated
+    to the points exactly; the rest of the schedule and the sweeps at λ run on the points (at
+    paper scale, 2,000 × 400,000 points, λ = 1.59: 2 sweeps, 0.35–0.5 s for value and gradient
+    on one CPU thread, 1.3–1.9× geomloss' multiscale ℓ1 solve, whose gradient is off by 38%).
   - otherwise: clusters of side ``cluster_scale``; the annealing runs on their centroids while
     ε > cluster_scale^p, the potentials are then extrapolated to the points and the KeOps kernel
     is truncated to the cluster pairs with f_k + g_l > C_kl − truncate·ε (Schmitzer 2016;
     geomloss' multiscale scheme); the remaining sweeps run block-sparse on the points.
-* ``auto``: on the CPU, ``multiscale`` for d ≤ 3 above ``2^20`` pairs, ``online`` when the
-  dense solve would need more than ``dense_memory_limit`` bytes (1 GiB), else ``tensorized``. On
+* ``newton``: the fixed-budget predictor–corrector Newton path on the semi-dual of
+  :mod:`lightning_dpot.ot.newton` (dense, float64, potential of the smaller cloud), then — unless
+  ``fixed_budget`` — Newton steps at λ until ``tol``. Sinkhorn needs O(diameter^p/λ) sweeps and
+  more; this path's work is set by the sizes and λ/diameter^p alone (1 + ⌈log₂(diameter^p/λ)⌉
+  stages, one M × M Cholesky factorization per step). With ``fixed_budget`` nothing but that
+  work runs and no statistic of the solve is computed (private solves).
+* ``auto``: ``newton`` when the smaller cloud has at most ``NEWTON_MAX_POINTS`` = 1,024 points
+  and λ ≤ ``NEWTON_MAX_RATIO``·diameter^p = 5·10⁻⁴·diameter^p, where plain sweeps take
+  thousands of iterations; otherwise, on the CPU, ``multiscale`` for the ℓ1 cost in d ≤ 2 from
+  10⁵ pairs (the exact kernel beats dense sweeps from 9·10⁴ pairs) and for d ≤ 3 above ``2^20``
+  pairs, ``online`` when the dense solve would need more than ``dense_memory_limit`` bytes
+  (1 GiB), else ``tensorized``. On
   a GPU the dense sweeps are fast (2,000 × 400,000 points, p = 2: 0.6 s on an H100), so ``auto``
   stays dense while the solve fits in half the free device memory and only then takes
   ``multiscale`` (d ≤ 3) or ``online``. Without a working KeOps it warns once and stays dense
@@ -67,12 +84,13 @@ from torch import Tensor
 from lightning_dpot.ot.costs import GroundCost, LpCost
 from lightning_dpot.ot.expansion import (
     CHUNK_ELEMENTS,
-    ORDER,
     Grid,
+    cell_ratio,
+    centroid_softmin,
     expanded_softmin,
     expansion_side,
+    order_for,
     remainder,
-    squared_distances,
 )
 from lightning_dpot.ot.keops import (
     KEOPS_MISSING,
@@ -82,20 +100,32 @@ from lightning_dpot.ot.keops import (
     keops_import_error,
     keops_softmin,
 )
+from lightning_dpot.ot.laplace import LaplaceKernel, cube_means
+from lightning_dpot.ot.newton import (
+    FINAL_STEPS,
+    column_violation,
+    halving_schedule,
+    refine,
+    semi_dual_potential,
+    semi_dual_value,
+)
 from lightning_dpot.privacy.validation import check_positive, check_positive_int
 
-Backend = Literal["auto", "tensorized", "online", "multiscale"]
-BACKENDS = ("auto", "tensorized", "online", "multiscale")
+Backend = Literal["auto", "tensorized", "newton", "online", "multiscale"]
+BACKENDS = ("auto", "tensorized", "newton", "online", "multiscale")
 MULTISCALE_MIN_PAIRS = 2**20
+NEWTON_MAX_POINTS = 1024
+NEWTON_MAX_RATIO = 5e-4
+LAPLACE_MIN_PAIRS = 10**5
 
 
 @dataclass(frozen=True)
 class SinkhornInfo:
     """What one solve did: the backend and its kernel (``dense``, ``keops``,
-    ``keops-truncated`` or ``taylor-2``), the annealing sweeps, the sweeps at the target ε, the
-    final row-marginal violation ‖π1 − a‖₁ and whether it met ``tolerance``. ``kernel_error``
-    is the kernel's certified relative error ρ at λ (0 for exact kernels); ``marginal_error``
-    already includes it."""
+    ``keops-truncated``, ``taylor-k`` or ``laplace-d``), the annealing sweeps, the sweeps
+    (Newton steps) at the target ε, the final marginal violation ‖π1 − a‖₁ and whether it
+    met ``tolerance``. ``kernel_error`` is the kernel's certified relative error ρ at λ (0 for
+    exact kernels); ``marginal_error`` already includes it."""
 
     backend: str
     annealing_steps: int
@@ -190,32 +220,36 @@ class _KeOpsKernel:
 class _TaylorKernel:
     """The p = 2 softmin through the certified cluster expansion of
     :mod:`lightning_dpot.ot.expansion`, on the clouds sorted into its grid cells
-    (differentiable gathers of x and y)."""
-
-    name = f"taylor-{ORDER}"
+    (differentiable gathers of x and y), of order :func:`~lightning_dpot.ot.expansion.order_for`
+    the dimension."""
 
     def __init__(self, x: Tensor, y: Tensor, grid_x: Grid, grid_y: Grid) -> None:
         self.grid_x, self.grid_y = grid_x, grid_y
+        self.order = order_for(x.shape[1])
+        self.name = f"taylor-{self.order}"
         with torch.enable_grad():
             self.x, self.y = x[grid_x.perm], y[grid_y.perm]
 
     def relative_error(self, eps: float) -> float:
         """ρ: every pair's weight, hence every sum of the softmin, within this relative error."""
-        return remainder(2 * self.grid_x.radius * self.grid_y.radius / eps)
+        return remainder(2 * self.grid_x.radius * self.grid_y.radius / eps, self.order)
+
+    def _softmin(
+        self, query: Tensor, qgrid: Grid, source: Grid, h: Tensor, eps: float, grad: bool
+    ) -> Tensor:
+        return expanded_softmin(query, qgrid, source, h, eps, grad, self.order)
 
     def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
-        return expanded_softmin(self.x, self.grid_x, self.grid_y, h_y, eps, with_grad=False)
+        return self._softmin(self.x, self.grid_x, self.grid_y, h_y, eps, False)
 
     def softmin_y(self, eps: float, h_x: Tensor) -> Tensor:
-        return expanded_softmin(self.y, self.grid_y, self.grid_x, h_x, eps, with_grad=False)
+        return self._softmin(self.y, self.grid_y, self.grid_x, h_x, eps, False)
 
     def softmin_x_grad(self, eps: float, h_y: Tensor) -> Tensor:
-        grad = self.x.requires_grad
-        return expanded_softmin(self.x, self.grid_x, self.grid_y, h_y, eps, with_grad=grad)
+        return self._softmin(self.x, self.grid_x, self.grid_y, h_y, eps, self.x.requires_grad)
 
     def softmin_y_grad(self, eps: float, h_x: Tensor) -> Tensor:
-        grad = self.y.requires_grad
-        return expanded_softmin(self.y, self.grid_y, self.grid_x, h_x, eps, with_grad=grad)
+        return self._softmin(self.y, self.grid_y, self.grid_x, h_x, eps, self.y.requires_grad)
 
 
 def _anneal(kernel, log_a: Tensor, log_b: Tensor, f: Tensor, g: Tensor, eps_list: list[float]):
@@ -266,7 +300,7 @@ class EntropicSolver:
         scaling: ε-scaling ratio in (0, 1); the ratio per annealing step is scaling^p.
         tol: tolerance on ‖π1 − a‖₁ at ε = λ.
         max_iter: cap on the sweeps at ε = λ.
-        backend: ``auto`` | ``tensorized`` | ``online`` | ``multiscale``.
+        backend: ``auto`` | ``tensorized`` | ``newton`` | ``online`` | ``multiscale``.
         truncate: multiscale kernel truncation, in units of ε.
         cluster_scale: multiscale grid side (default diameter / (√d · 2000^{1/d}), geomloss').
         dense_memory_limit: bytes above which ``auto`` leaves the dense backend (default: 1 GiB
@@ -276,6 +310,9 @@ class EntropicSolver:
             needs at most a quarter of the N·M kernel evaluations, and the truncated KeOps
             kernel otherwise (always, with ``False``).
         warn_not_converged: warn (once) when a solve misses ``tol``.
+        fixed_budget: solve with ``newton``'s fixed work only and return no
+            :class:`SinkhornInfo`: nothing about a solve on private records (a stopping test, an
+            iteration count, a marginal error) is computed.
     """
 
     def __init__(
@@ -293,9 +330,15 @@ class EntropicSolver:
         dense_memory_limit: float | None = None,
         taylor: bool = True,
         warn_not_converged: bool = True,
+        fixed_budget: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if fixed_budget and backend not in ("auto", "newton"):
+            raise ValueError(
+                f"fixed_budget=True solves with the 'newton' backend (work set by public sizes "
+                f"only); backend must be 'auto' or 'newton', got {backend!r}"
+            )
         if not 0.0 < scaling < 1.0:
             raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
         if not 0.0 < tol < 2.0:
@@ -316,6 +359,7 @@ class EntropicSolver:
             else check_positive("dense_memory_limit", dense_memory_limit)
         )
         self.taylor = bool(taylor)
+        self.fixed_budget = bool(fixed_budget)
         self._keops_failed = False
         self._warned_not_converged = not warn_not_converged
 
@@ -332,12 +376,19 @@ class EntropicSolver:
         self, n: int, m: int, dim: int, device: torch.device | str = "cpu", itemsize: int = 4
     ) -> str:
         """The backend a solve of ``n × m`` points in dimension ``dim`` on ``device`` uses."""
+        if self.fixed_budget or self.backend == "newton":
+            return "newton"
         if self.backend != "auto":
             return self.backend
-        if self._keops_failed or keops_import_error() is not None:
-            return "tensorized"
         device = torch.device(device)
         fits_dense = 3 * n * m * itemsize <= self.dense_limit(device)
+        small = min(n, m) <= NEWTON_MAX_POINTS and 8 * n * m <= self.dense_limit(device)
+        if small and self.reg <= NEWTON_MAX_RATIO * self.diameter**self.p:
+            return "newton"
+        if device.type == "cpu" and self._laplace(dim) and n * m >= LAPLACE_MIN_PAIRS:
+            return "multiscale"  # the exact ℓ1 kernel: plain torch, no KeOps needed
+        if self._keops_failed or keops_import_error() is not None:
+            return "tensorized"
         if device.type == "cuda" and fits_dense:
             return "tensorized"
         if dim <= 3 and n * m > MULTISCALE_MIN_PAIRS:
@@ -345,8 +396,9 @@ class EntropicSolver:
         return "tensorized" if fits_dense else "online"
 
     # -- solve ------------------------------------------------------------------------------
-    def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo]:
-        """W_{c,λ}(x, y) for clouds ``(N, D)``, ``(M, D)``, and the :class:`SinkhornInfo`."""
+    def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo | None]:
+        """W_{c,λ}(x, y) for clouds ``(N, D)``, ``(M, D)``, and the :class:`SinkhornInfo`
+        (``None`` with ``fixed_budget``: no statistic of the solve is computed)."""
         if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
             raise ValueError(
                 f"x and y must be (N, D) and (M, D) clouds, got {tuple(x.shape)}, {tuple(y.shape)}"
@@ -364,6 +416,8 @@ class EntropicSolver:
             x, y = x - origin, y - origin
         n, m, dim = x.shape[0], y.shape[0], x.shape[1]
         backend = self.choose_backend(n, m, dim, x.device, x.element_size())
+        if backend == "newton":
+            return self._newton_solve(x, y)
         if backend == "multiscale":
             if dim > 3:
                 raise ValueError(
@@ -371,7 +425,7 @@ class EntropicSolver:
                     "use 'online' (any dimension, O(N + M) memory) or 'auto'"
                 )
             grids = self._taylor_grids(x, y)
-            if grids is not None:  # plain torch: no KeOps kernel to compile or check
+            if grids is not None or self._laplace(dim):  # plain torch: no KeOps kernel
                 return self._solve(backend, x, y, grids)
         if backend in ("online", "multiscale"):
             error = keops_import_error()
@@ -407,7 +461,7 @@ class EntropicSolver:
         self, backend: str, x: Tensor, y: Tensor, grids: tuple[Grid, Grid] | None = None
     ) -> tuple[Tensor, SinkhornInfo]:
         """One solve on ``backend``; ``grids`` (multiscale only: :meth:`_taylor_grids`) selects
-        the Taylor kernel."""
+        the Taylor kernel, the ℓ1 cost in d ≤ 2 the exact kernel of :meth:`_laplace_start`."""
         eps_list = epsilon_schedule(self.diameter, self.reg, self.p, self.scaling)
         eps = self.reg
         log_a = x.new_full((x.shape[0],), -math.log(x.shape[0]))
@@ -415,6 +469,8 @@ class EntropicSolver:
         with torch.no_grad():
             if grids is not None:
                 kernel, f, g = self._taylor_start(x, y, log_a, grids, eps_list)
+            elif backend == "multiscale" and self._laplace(x.shape[1]):
+                kernel, f, g = self._laplace_start(x, y, log_a, log_b, eps_list)
             elif backend == "multiscale":
                 kernel, f, g = self._truncated_start(x, y, log_a, log_b, eps_list)
             else:
@@ -445,15 +501,45 @@ class EntropicSolver:
             kernel=kernel.name,
             kernel_error=kernel.relative_error(eps),
         )
-        if not info.converged and not self._warned_not_converged:
-            self._warned_not_converged = True
-            warnings.warn(
-                f"Sinkhorn did not reach tol={self.tol:g} in max_iter={self.max_iter} sweeps at "
-                f"λ={self.reg:g} (‖π1 − a‖₁ = {error:.3g}); raise max_iter or tol, or check that "
-                "diameter bounds the data. Reported once; every solve is logged",
-                stacklevel=3,
-            )
+        self._warn_if_not_converged(info)
         return value, info
+
+    def _newton_solve(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo | None]:
+        """The ``newton`` backend (:mod:`~lightning_dpot.ot.newton`): the cost in float64, the
+        potential of the smaller cloud by the fixed-budget path, the value by the envelope
+        theorem; unless ``fixed_budget``, further steps at λ until ``tol`` (or ``max_iter``)."""
+        cost = self.cost(x, y).double()
+        if cost.shape[1] > cost.shape[0]:  # the Hessian is M × M: solve for the smaller side
+            cost = cost.T
+        eps0 = max(self.diameter**self.p, self.reg)
+        g = semi_dual_potential(cost, eps0, self.reg)
+        if self.fixed_budget:
+            return semi_dual_value(cost, g, self.reg).to(x.dtype), None
+        g, steps = refine(cost, g, self.reg, self.tol, self.max_iter)
+        error = column_violation(cost, g, self.reg)
+        info = SinkhornInfo(
+            backend="newton",
+            annealing_steps=len(halving_schedule(eps0, self.reg)) - 1,
+            iterations=FINAL_STEPS + steps,
+            marginal_error=error,
+            tolerance=self.tol,
+            converged=error <= self.tol,
+            kernel="dense",
+            kernel_error=0.0,
+        )
+        self._warn_if_not_converged(info)
+        return semi_dual_value(cost, g, self.reg).to(x.dtype), info
+
+    def _warn_if_not_converged(self, info: SinkhornInfo) -> None:
+        if info.converged or self._warned_not_converged:
+            return
+        self._warned_not_converged = True
+        warnings.warn(
+            f"{info.backend} solve did not reach tol={self.tol:g} in max_iter={self.max_iter} "
+            f"steps at λ={self.reg:g} (‖π1 − a‖₁ = {info.marginal_error:.3g}); raise max_iter or "
+            "tol, or check that diameter bounds the data. Reported once; every solve is logged",
+            stacklevel=4,
+        )
 
     # -- multiscale -------------------------------------------------------------------------
     def _scale(self, dim: int) -> float:
@@ -465,21 +551,58 @@ class EntropicSolver:
         self, x: Tensor, y: Tensor, log_a: Tensor, grids: tuple[Grid, Grid], eps_list
     ):
         """The Taylor kernel on the clouds' grids (:meth:`_taylor_grids`) and (f, g = T(f)) on
-        the points: the centroids' problem solved to ``tol`` at λ, its g extrapolated to f."""
+        the points: the centroids' problem solved to ``tol`` at λ, and the potential of the
+        cloud of the smaller cubes (y on a tie) extrapolated from its centroids to the other
+        cloud's points (x's f to g, then f = T(g); or y's g to f). Those centroids are of cubes
+        of half the side where the problem's matrix keeps within ``CHUNK_ELEMENTS``
+        (2^d·K_x·K_y): the marginal error after one sweep falls 3× (20,000 points in [−1, 1]³
+        against a noisy sphere: 1.9e-4 against 6.6e-4; the gradient's error 6e-4 against
+        3.4e-3)."""
         grid_x, grid_y = grids
-        _, gc = self._coarse_solve(
-            grid_x.means, grid_y.means, grid_x.weights.log(), grid_y.weights.log(), eps_list
-        )[:2]
+        finer_x = grid_x.side < grid_y.side
+        cloud, fine = (x.detach(), grid_x) if finer_x else (y.detach(), grid_y)
+        small = 2 ** x.shape[1] * len(grid_x) * len(grid_y) <= CHUNK_ELEMENTS
+        if small and Grid.fits(cloud, fine.side / 2):
+            fine = Grid(cloud, fine.side / 2)
+        coarse_x, coarse_y = (fine, grid_y) if finer_x else (grid_x, fine)
+        log_ac, log_bc = coarse_x.weights.log(), coarse_y.weights.log()
+        fc, gc = self._coarse_solve(coarse_x.means, coarse_y.means, log_ac, log_bc, eps_list)[:2]
         kernel = _TaylorKernel(x, y, grid_x, grid_y)
         eps = eps_list[-1]
-        f = _dense_softmin(kernel.x.detach(), grid_y.means, grid_y.weights.log() + gc / eps, eps)
+        if finer_x:
+            g = centroid_softmin(grid_y, coarse_x.means, log_ac + fc / eps, eps)
+            f = kernel.softmin_x(eps, g / eps - math.log(y.shape[0]))
+        else:
+            f = centroid_softmin(grid_x, coarse_y.means, log_bc + gc / eps, eps)
         return kernel, f, kernel.softmin_y(eps, log_a + f / eps)
+
+    def _laplace(self, dim: int) -> bool:
+        """Whether multiscale runs the exact ℓ1 kernel: the p = 1 cost in d ≤ 2."""
+        return isinstance(self.cost, LpCost) and self.cost.p == 1 and dim <= 2
+
+    def _laplace_start(self, x: Tensor, y: Tensor, log_a: Tensor, log_b: Tensor, eps_list):
+        """The exact ℓ1 kernel of :mod:`~lightning_dpot.ot.laplace` on the points and
+        (f, g = T(f)) at λ there: the problem of the means of the cubes of side s =
+        :meth:`_scale` annealed while ε > s^p (solved to ``tol`` when λ > s^p), its g
+        extrapolated to f on the points (exactly, by the same kernel from the weighted means),
+        then the rest of the schedule annealed on the points."""
+        scale = self._scale(x.shape[1])
+        (xc, ac), (yc, bc) = cube_means(x, scale), cube_means(y, scale)
+        fine_eps = [eps for eps in eps_list if eps <= scale**self.p]
+        coarse_eps = eps_list[: len(eps_list) - len(fine_eps)] or eps_list[:1]
+        _, gc = self._coarse_solve(xc, yc, ac.log(), bc.log(), coarse_eps)[:2]
+        eps = coarse_eps[-1]
+        f = LaplaceKernel(x.detach(), yc).softmin_x(eps, bc.log() + gc / eps)
+        kernel = LaplaceKernel(x, y)
+        g = kernel.softmin_y(eps, log_a + f / eps)
+        return (kernel, *_anneal(kernel, log_a, log_b, f, g, [eps, *fine_eps]))
 
     def _taylor_grids(self, x: Tensor, y: Tensor) -> tuple[Grid, Grid] | None:
         """The two clouds' grids for the Taylor kernel, or ``None`` where it
         does not apply: not the p = 2 cost or ``taylor=False``; a bound ρ = tol/10 below the
         dtype's rounding (100 ulps: tol < 1.2e-4 in float32), which the bound does not cover;
-        more than N·M/4 kernel evaluations; more grid cubes than int64 keys tell apart.
+        more than N·M/4 kernel evaluations; more grid cubes than int64 keys tell apart. The
+        cubes of the two grids differ by :func:`~lightning_dpot.ot.expansion.cell_ratio`.
 
         The clouds arrive centred (:meth:`__call__`)."""
         if not (self.taylor and isinstance(self.cost, LpCost) and self.cost.p == 2):
@@ -488,11 +611,14 @@ class EntropicSolver:
         if rho < 100 * torch.finfo(x.dtype).eps:
             return None
         x, y = x.detach(), y.detach()
-        side = expansion_side(self.reg, x.shape[1], rho)
+        side = expansion_side(self.reg, x.shape[1], rho, order_for(x.shape[1]))
         if not (Grid.fits(x, side) and Grid.fits(y, side)):
             return None
         grid_x, grid_y = Grid(x, side), Grid(y, side)
         n, m = x.shape[0], y.shape[0]
+        ratio = cell_ratio(m * len(grid_x), n * len(grid_y), x.shape[1]) ** 0.5
+        if ratio != 1 and Grid.fits(x, side / ratio) and Grid.fits(y, side * ratio):
+            grid_x, grid_y = Grid(x, side / ratio), Grid(y, side * ratio)
         if len(grid_x) * m + n * len(grid_y) > n * m / 4:
             return None
         return grid_x, grid_y
@@ -536,15 +662,3 @@ class EntropicSolver:
         if len(fine_eps) < 2:  # no fine sweep: g = T(f) at λ for _converge
             g = kernel.softmin_y(eps_list[-1], log_a + f / eps_list[-1])
         return kernel, f, g
-
-
-def _dense_softmin(points: Tensor, centroids: Tensor, h: Tensor, eps: float) -> Tensor:
-    """−ε LSE_k(h_k − ‖z_i − c_k‖²/ε) for few centroids, in row chunks (the extrapolation of
-    centroid potentials to the points)."""
-    rows = max(1, CHUNK_ELEMENTS // len(centroids))
-    return torch.cat(
-        [
-            -eps * torch.logsumexp(h - squared_distances(chunk, centroids) / eps, 1)
-            for chunk in points.split(rows)
-        ]
-    )

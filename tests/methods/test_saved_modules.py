@@ -248,7 +248,10 @@ def test_saved_generator_module_holds_no_raw_record_and_still_samples(name: str,
     assert_holds_no_record(blobs, splits.test, "held-out records")
     if name == "DPSinkhorn":
         assert_holds_no_noise_seed(blobs + during.saved, model)
-        # nor the statistics of the last private solve (its sweeps tell the batch apart)
+        # nor statistics of a private solve (sweeps, marginal error tell batches apart): its
+        # solves do fixed work and compute none
+        assert model.loss_fn.solver.fixed_budget
+        assert model.loss_fn.last_info is None
         assert pickle.loads(blobs[0]).loss_fn.last_info is None
     _same_samples(pickle.loads(blobs[0]), model)
 

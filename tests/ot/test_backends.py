@@ -50,7 +50,7 @@ def test_backends_agree_with_each_other_and_the_reference(p, ratio):
         value, grad, info = _value_and_grad(solver, x, y)
         assert info.backend == backend and info.converged
         assert info.kernel == {"tensorized": "dense", "online": "keops"}.get(
-            backend, "keops-truncated"
+            backend, "laplace-2" if p == 1 else "keops-truncated"
         )
         assert value == pytest.approx(ref_value, rel=1e-3), backend
         assert ((grad - ref_grad).norm() / ref_grad.norm()).item() < 1e-3, backend
@@ -77,6 +77,10 @@ def test_auto_chooses_by_size_and_dimension():
     assert solver.choose_backend(2000, 20_000, 2) == "multiscale"
     assert solver.choose_backend(20_000, 60_000, 784) == "online"
     assert solver.choose_backend(100, 100, 2) == "tensorized"
+    l1 = EntropicSolver(LpCost(1), 1, 1.0, 10.0)  # the exact ℓ1 kernel from 10⁵ pairs, d ≤ 2
+    assert l1.choose_backend(2000, 2000, 2) == "multiscale"
+    assert l1.choose_backend(200, 200, 2) == "tensorized"
+    assert l1.choose_backend(2000, 2000, 3) == "multiscale"  # above 2^20 pairs, truncated
 
 
 def test_auto_stays_dense_on_a_gpu_while_the_solve_fits():

@@ -1,0 +1,179 @@
+r"""Entropic OT of small dense problems at small λ: predictor–corrector Newton on the semi-dual,
+with a fixed amount of work.
+
+For a cost matrix C (N × M), uniform weights a = 1/N, b = 1/M and temperature ε, the semi-dual
+(Cuturi & Peyré 2018) keeps the rows exact, f = T_ε(g), and maximizes over g ∈ ℝ^M
+
+    F_ε(g) = ⟨b, g⟩ − ε Σ_i a_i LSE_j((g_j − C_ij)/ε + log b_j),
+    ∇F_ε = b − π^T 1,   −ε ∇²F_ε = H = diag(π^T 1) − N π^T π,
+
+π_ij = a_i softmax_j((g_j − C_ij)/ε). Plain Sinkhorn needs O(max C/ε) sweeps and more (18,000–
+31,000 at ε = 10⁻⁵·max C on 50 × 70 clouds); Newton converges quadratically, but only inside a
+basin that shrinks with ε. The solve therefore follows the path g*(ε) from ε₀ = diameter^p (a
+public bound on C) down to λ by halving (ε_{k+1} = ε_k/2), with
+
+* one **corrector** Newton step per stage (five at λ): d = ε H_r⁻¹ ∇F, with the ridge
+  H_r = H + (0.1·min(1, r)² + 10⁻¹³)/M · I, r = ‖∇F‖₁ (Levenberg–Marquardt: columns that carry no
+  mass and disconnected supports stay solvable, and the ridge vanishes like r², which keeps the
+  quadratic rate), the step capped at ‖d‖_∞ ≤ 8ε, and the best of g + t·d, t ∈ {1, ½, ¼, ⅛},
+  taken in one batched pass;
+* a **predictor** between stages, the tangent of the path by the implicit-function theorem,
+  H dg*/dε = Σ_i π_ij (ℓ_ij − ℓ̄_i)/N with ℓ_ij = (g_j − C_ij)/ε and ℓ̄_i = Σ_j π_ij ℓ_ij/a_i: the
+  best of g + s (ε_{k+1} − ε_k) dg*/dε, s ∈ {0, ½, 1}. Without it each halving starts at a
+  marginal error of about 0.3, outside Newton's basin.
+
+The work — 1 + ⌈log₂(ε₀/λ)⌉ stages, one Cholesky factorization per step — is a function of
+(N, M, ε₀, λ) only: no stopping test runs on the data, so a solve on private records reveals
+nothing through its iteration count. Measured on 4,160 random and adversarial 50 × (1…80)
+problems of DP-Sinkhorn's cost (duplicates, ties, corner points, outliers, disjoint classes) at
+λ/ε₀ = 10⁻³…10⁻⁶: worst ‖π^T 1 − b‖₁ 1.5·10⁻⁵ against a tolerance of 10⁻³, gradient error ≤ 5·10⁻⁵
+(docs/performance.md). The schedule must start at or above the true cost scale: ε₀ from the
+declared data bounds, never estimated from the data. Everything runs in float64 (at λ = 0.05,
+g/λ ≈ 10⁴, beyond float32's resolution).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+CORRECTOR_STEPS = (1.0, 0.5, 0.25, 0.125)
+PREDICTOR_STEPS = (0.0, 0.5, 1.0)
+FINAL_STEPS = 5
+STEP_CAP = 8.0
+RIDGE = 0.1
+BATCH_ELEMENTS = 2**18  # largest n·m·candidates buffer of one pass (2 MB in float64)
+
+
+def halving_schedule(eps0: float, reg: float) -> list[float]:
+    """ε_k = ε₀·2^{−k} while above λ, then λ: 1 + ⌈log₂(ε₀/λ)⌉ values (just λ if ε₀ ≤ λ)."""
+    out, eps = [], float(eps0)
+    while eps > reg * (1 + 1e-12):
+        out.append(eps)
+        eps *= 0.5
+    return out + [float(reg)]
+
+
+def newton_steps(eps0: float, reg: float) -> int:
+    """Number of Newton steps (one Cholesky factorization each, plus one per predictor) of a solve
+    from ε₀ to λ: a public quantity."""
+    stages = len(halving_schedule(eps0, reg))
+    return stages - 1 + FINAL_STEPS
+
+
+def _best(cost: Tensor, g: Tensor, d: Tensor, steps: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """argmax_t F_ε(g + t d) over ``steps``, batched over as many candidates as fit in
+    ``BATCH_ELEMENTS``: (g + t*·d, the row softmax N·π of that potential)."""
+    n, m = cost.shape
+    best, best_objective, best_softmax = g, -math.inf, None
+    for chunk in steps.split(max(1, BATCH_ELEMENTS // (n * m))):
+        candidates = g[None, :] + chunk[:, None] * d[None, :]
+        z = (candidates[:, None, :] - cost[None]).div_(eps)
+        top = z.amax(-1, keepdim=True)
+        z.sub_(top).exp_()
+        sums = z.sum(-1, keepdim=True)
+        objective = candidates.sum(1) / m - eps * (top + sums.log()).squeeze(-1).sum(1) / n
+        k = int(torch.argmax(objective))
+        if float(objective[k]) > best_objective:
+            best, best_objective = candidates[k], float(objective[k])
+            best_softmax = z[k].div_(sums[k])
+    return best, best_softmax
+
+
+def _solve_spd(h: Tensor, rhs: Tensor) -> Tensor:
+    """H⁻¹ rhs by Cholesky; a factorization that fails (H singular in floating point) is retried
+    once with 10⁻⁸·max diag(H) added to the diagonal."""
+    factor, info = torch.linalg.cholesky_ex(h)
+    if int(info) != 0:
+        h.diagonal().add_(1e-8 * float(h.diagonal().abs().max()))
+        factor = torch.linalg.cholesky(h)
+    return torch.cholesky_solve(rhs[:, None], factor)[:, 0]
+
+
+def _hessian(softmax: Tensor, mass: Tensor, ridge: float) -> Tensor:
+    """H = diag(π^T 1) − N π^T π + ridge·I, with ``softmax`` = N π (rows sum to 1)."""
+    n, m = softmax.shape
+    h = (softmax.T @ softmax).mul_(-1.0 / n)
+    h.diagonal().add_(mass + ridge / m)
+    return h
+
+
+def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
+    """g ≈ argmax F_λ (module docstring) for a dense ``cost`` (N, M), by the fixed-budget
+    predictor–corrector path from ε₀ to λ; float64, no autograd. Column potentials only: the
+    rows follow exactly as f = T_λ(g)."""
+    with torch.no_grad():
+        cost = cost.detach().to(torch.float64).contiguous()
+        n, m = cost.shape
+        b = 1.0 / m
+        corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
+        predictor = torch.tensor(PREDICTOR_STEPS, dtype=cost.dtype, device=cost.device)
+        schedule = halving_schedule(eps0, reg)
+        g = cost.new_zeros(m)
+        softmax = torch.softmax(-cost / schedule[0], 1)
+        for stage, eps in enumerate(schedule):
+            last = stage == len(schedule) - 1
+            for _ in range(FINAL_STEPS if last else 1):
+                mass = softmax.sum(0) / n
+                grad = b - mass
+                r = min(1.0, float(grad.abs().sum()))
+                d = _solve_spd(_hessian(softmax, mass, RIDGE * r * r + 1e-13), eps * grad)
+                largest = float(d.abs().max())
+                if largest > STEP_CAP * eps:
+                    d.mul_(STEP_CAP * eps / largest)
+                g, softmax = _best(cost, g, d, corrector, eps)
+            if last:
+                break
+            eps_next = schedule[stage + 1]
+            logits = (g[None, :] - cost) / eps
+            centred = logits - (softmax * logits).sum(1, keepdim=True)
+            mass = softmax.sum(0) / n
+            r = float((b - mass).abs().sum())
+            tangent = _solve_spd(
+                _hessian(softmax, mass, 1e-6 * r + 1e-13), (softmax * centred).sum(0) / n
+            )
+            g, softmax = _best(cost, g, (eps_next - eps) * tangent, predictor, eps_next)
+        return g
+
+
+def column_violation(cost: Tensor, g: Tensor, reg: float) -> float:
+    """‖π^T 1 − b‖₁ of the plan with rows f = T_λ(g) (exact row marginals): the solve's error,
+    for non-private diagnostics only."""
+    n, m = cost.shape
+    with torch.no_grad():
+        plan = torch.softmax((g[None, :] - cost.to(g.dtype)) / reg, 1) / n
+        return float((plan.sum(0) - 1.0 / m).abs().sum())
+
+
+def semi_dual_value(cost: Tensor, g: Tensor, reg: float) -> Tensor:
+    """W = ⟨a, T_λ(g)⟩ + ⟨b, g⟩ at a fixed (detached) g: by the envelope theorem its gradient in
+    the points is that of W_{c,λ} at the optimum, ∂W/∂x_i = Σ_j π_ij ∇_x c(x_i, y_j) (and the same
+    for y), through ``cost``'s autograd graph."""
+    n, m = cost.shape
+    g = g.to(cost.dtype)
+    f = -reg * torch.logsumexp((g[None, :] - cost) / reg - math.log(m), dim=1)
+    return f.mean() + g.mean()
+
+
+def refine(cost: Tensor, g: Tensor, reg: float, tol: float, max_steps: int) -> tuple[Tensor, int]:
+    """Corrector steps at λ until ‖π^T 1 − b‖₁ ≤ ``tol`` or ``max_steps``: a data-dependent
+    number of steps, for non-private solves only. Returns g and the steps taken."""
+    with torch.no_grad():
+        cost = cost.detach().to(torch.float64)
+        n, m = cost.shape
+        corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
+        for step in range(max_steps):
+            softmax = torch.softmax((g[None, :] - cost) / reg, 1)
+            mass = softmax.sum(0) / n
+            grad = 1.0 / m - mass
+            r = float(grad.abs().sum())
+            if r <= tol:
+                return g, step
+            d = _solve_spd(_hessian(softmax, mass, RIDGE * min(1.0, r) ** 2 + 1e-13), reg * grad)
+            largest = float(d.abs().max())
+            if largest > STEP_CAP * reg:
+                d.mul_(STEP_CAP * reg / largest)
+            g = _best(cost, g, d, corrector, reg)[0]
+        return g, max_steps
