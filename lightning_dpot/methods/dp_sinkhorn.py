@@ -48,6 +48,7 @@ Non-private reference (ε = ∞, paper Table 1 "Non-priv Sinkhorn"): ``noise_mul
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -57,6 +58,7 @@ from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.data.protocols import CentralPrivateData, require_data
 from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
+from lightning_dpot.ot.sinkhorn import NEWTON_MAX_POINTS
 from lightning_dpot.privacy.calibration import min_noise_multiplier
 from lightning_dpot.privacy.contract import (
     ReleasesPrivateData,
@@ -314,6 +316,13 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             scaling=self.sinkhorn_scaling,
             fixed_budget=self.private,
         )
+        if self.private and self.num_cross > NEWTON_MAX_POINTS:
+            warnings.warn(
+                f"DPSinkhorn: private solves run the fixed-budget Newton path, whose steps cost "
+                f"O(n³) for n = {self.num_cross} generated rows (above {NEWTON_MAX_POINTS}: "
+                "seconds per solve); a smaller batch keeps steps fast",
+                stacklevel=2,
+            )
 
     def on_train_start(self) -> None:
         if not self.private:

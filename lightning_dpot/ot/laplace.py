@@ -93,14 +93,11 @@ def _sorted_runs(key: Tensor, bins: int) -> tuple[Tensor, Tensor]:
     return torch.argsort(key, stable=True), bounds
 
 
-def _near_pairs(
-    block_x: list[Tensor], block_y: list[Tensor], shape: list[int]
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The near pairs (i, j), x_i and y_j in the same block along some axis, each once and by i,
-    and the number of pairs of each i: along axis 0 the y of x_i's block (y sorted by block);
-    in 2-D also, along axis 1, the y of x_i's block but not of its grid cell (y sorted by axis-1
-    block, then axis-0 block: the cell's run lies inside the block's). Only runs of sorted y are
-    listed; no pair is tested."""
+def _near_runs(block_x: list[Tensor], block_y: list[Tensor], shape: list[int]):
+    """For each x_i, the runs of sorted y in the same block along some axis, each pair once:
+    along axis 0 the y of x_i's block (y sorted by block); in 2-D also, along axis 1, the y of
+    x_i's block but not of its grid cell (y sorted by axis-1 block, then axis-0 block: the cell's
+    run lies inside the block's). Returns the runs' starts, ends and the y orders they index."""
     order, bounds = _sorted_runs(block_y[0], shape[0])
     starts, ends, orders = [bounds[block_x[0]]], [bounds[block_x[0] + 1]], [order]
     if len(shape) == 2:
@@ -111,7 +108,15 @@ def _near_pairs(
         starts += [bounds[row], bounds[cell + 1]]
         ends += [bounds[cell], bounds[row + shape[0]]]
         orders.append(order)
-    starts, ends = torch.stack(starts, 1).view(-1), torch.stack(ends, 1).view(-1)
+    return torch.stack(starts, 1).view(-1), torch.stack(ends, 1).view(-1), orders
+
+
+def _near_pairs(
+    block_x: list[Tensor], block_y: list[Tensor], shape: list[int]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The near pairs (i, j) of :func:`_near_runs`, each once and by i, and the number of pairs
+    of each i. Only runs of sorted y are listed; no pair is tested."""
+    starts, ends, orders = _near_runs(block_x, block_y, shape)
     counts = ends - starts
     per_x = counts.view(len(block_x[0]), -1).sum(1)
     i = torch.repeat_interleave(torch.arange(len(per_x), device=counts.device), per_x)
@@ -279,6 +284,28 @@ def cube_means(points: Tensor, side: float) -> tuple[Tensor, Tensor]:
     return sums / shares[:, None], shares / len(points)
 
 
+def _grid(x: Tensor, y: Tensor):
+    """The shared grid of two clouds (d ≤ 2): float64 coordinates ``(d, n)``, cuts, block
+    counts per axis and quadrant signs."""
+    dim = x.shape[1]
+    quadrants = list(itertools.product((1.0, -1.0), repeat=dim))
+    signs = torch.tensor(quadrants, dtype=torch.float64, device=x.device)
+    px, py = (p.detach().double().T.contiguous() for p in (x, y))  # (d, n)
+    cuts = [_cuts(a, b, per_value=dim == 1) for a, b in zip(px, py, strict=True)]
+    return px, py, cuts, [len(c) + 1 for c in cuts], signs
+
+
+def near_pair_count(x: Tensor, y: Tensor) -> int:
+    """How many pairs :class:`LaplaceKernel` would list as near, without listing them (its
+    memory grows with it: ~66 bytes per pair). Ties defeat the blocks: points on a line, or on a
+    few values of a coordinate, make most pairs near."""
+    px, py, cuts, shape, _ = _grid(x, y)
+    blocks = [[torch.searchsorted(c, p, right=True) for c, p in zip(cuts, q, strict=True)]
+              for q in (px, py)]  # fmt: skip
+    starts, ends, _ = _near_runs(blocks[0], blocks[1], shape)
+    return int((ends - starts).sum())
+
+
 class LaplaceKernel:
     """The softmin of the ℓ1 cost C_ij = ‖x_i − y_j‖₁ between clouds in d ≤ 2, exact up to
     float64 rounding (module docstring): the interface of the Sinkhorn kernels of
@@ -291,11 +318,7 @@ class LaplaceKernel:
                 f"LaplaceKernel is for d = 1 or 2, got {tuple(x.shape)}, {tuple(y.shape)}"
             )
         self.x, self.y, self.name = x, y, f"laplace-{dim}"
-        quadrants = list(itertools.product((1.0, -1.0), repeat=dim))
-        signs = torch.tensor(quadrants, dtype=torch.float64, device=x.device)
-        px, py = (p.detach().double().T.contiguous() for p in (x, y))  # (d, n)
-        cuts = [_cuts(a, b, per_value=dim == 1) for a, b in zip(px, py, strict=True)]
-        shape = [len(c) + 1 for c in cuts]
+        px, py, cuts, shape, signs = _grid(x, y)
         cx, cy = _Cloud(px, cuts, signs), _Cloud(py, cuts, signs)
         i, j, per_x = _near_pairs(cx.blocks, cy.blocks, shape)
         diff = [

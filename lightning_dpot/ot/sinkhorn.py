@@ -100,7 +100,7 @@ from lightning_dpot.ot.keops import (
     keops_import_error,
     keops_softmin,
 )
-from lightning_dpot.ot.laplace import LaplaceKernel, cube_means
+from lightning_dpot.ot.laplace import LaplaceKernel, cube_means, near_pair_count
 from lightning_dpot.ot.newton import (
     FINAL_STEPS,
     column_violation,
@@ -117,6 +117,7 @@ MULTISCALE_MIN_PAIRS = 2**20
 NEWTON_MAX_POINTS = 1024
 NEWTON_MAX_RATIO = 5e-4
 LAPLACE_MIN_PAIRS = 10**5
+LAPLACE_MAX_NEAR = 0.25
 
 
 @dataclass(frozen=True)
@@ -425,8 +426,11 @@ class EntropicSolver:
                     "use 'online' (any dimension, O(N + M) memory) or 'auto'"
                 )
             grids = self._taylor_grids(x, y)
-            if grids is not None or self._laplace(dim):  # plain torch: no KeOps kernel
-                return self._solve(backend, x, y, grids)
+            laplace = grids is None and self._laplace_applies(x, y)
+            if grids is not None or laplace:  # plain torch: no KeOps kernel
+                return self._solve(backend, x, y, grids, laplace)
+            if self.backend == "auto" and keops_import_error() is not None:
+                return self._solve("tensorized", x, y)
         if backend in ("online", "multiscale"):
             error = keops_import_error()
             if error is not None:
@@ -458,10 +462,16 @@ class EntropicSolver:
         return self._solve(backend, x, y)
 
     def _solve(
-        self, backend: str, x: Tensor, y: Tensor, grids: tuple[Grid, Grid] | None = None
+        self,
+        backend: str,
+        x: Tensor,
+        y: Tensor,
+        grids: tuple[Grid, Grid] | None = None,
+        laplace: bool = False,
     ) -> tuple[Tensor, SinkhornInfo]:
         """One solve on ``backend``; ``grids`` (multiscale only: :meth:`_taylor_grids`) selects
-        the Taylor kernel, the ℓ1 cost in d ≤ 2 the exact kernel of :meth:`_laplace_start`."""
+        the Taylor kernel, ``laplace`` (:meth:`_laplace_applies`) the exact ℓ1 kernel of
+        :meth:`_laplace_start`."""
         eps_list = epsilon_schedule(self.diameter, self.reg, self.p, self.scaling)
         eps = self.reg
         log_a = x.new_full((x.shape[0],), -math.log(x.shape[0]))
@@ -469,7 +479,7 @@ class EntropicSolver:
         with torch.no_grad():
             if grids is not None:
                 kernel, f, g = self._taylor_start(x, y, log_a, grids, eps_list)
-            elif backend == "multiscale" and self._laplace(x.shape[1]):
+            elif laplace:
                 kernel, f, g = self._laplace_start(x, y, log_a, log_b, eps_list)
             elif backend == "multiscale":
                 kernel, f, g = self._truncated_start(x, y, log_a, log_b, eps_list)
@@ -577,8 +587,17 @@ class EntropicSolver:
         return kernel, f, kernel.softmin_y(eps, log_a + f / eps)
 
     def _laplace(self, dim: int) -> bool:
-        """Whether multiscale runs the exact ℓ1 kernel: the p = 1 cost in d ≤ 2."""
+        """Whether the exact ℓ1 kernel is for this cost and dimension: p = 1, d ≤ 2."""
         return isinstance(self.cost, LpCost) and self.cost.p == 1 and dim <= 2
+
+    def _laplace_applies(self, x: Tensor, y: Tensor) -> bool:
+        """Whether multiscale runs the exact ℓ1 kernel on these clouds: :meth:`_laplace` and at
+        most ``LAPLACE_MAX_NEAR`` of the N·M pairs near (:func:`~lightning_dpot.ot.laplace.
+        near_pair_count`: ties, e.g. points on a line, make most pairs near, and its memory
+        grows with them); otherwise the truncated KeOps kernel runs."""
+        if not self._laplace(x.shape[1]):
+            return False
+        return near_pair_count(x, y) <= LAPLACE_MAX_NEAR * x.shape[0] * y.shape[0]
 
     def _laplace_start(self, x: Tensor, y: Tensor, log_a: Tensor, log_b: Tensor, eps_list):
         """The exact ℓ1 kernel of :mod:`~lightning_dpot.ot.laplace` on the points and
@@ -601,17 +620,19 @@ class EntropicSolver:
         """The two clouds' grids for the Taylor kernel, or ``None`` where it
         does not apply: not the p = 2 cost or ``taylor=False``; a bound ρ = tol/10 below the
         dtype's rounding (100 ulps: tol < 1.2e-4 in float32), which the bound does not cover;
-        more than N·M/4 kernel evaluations; more grid cubes than int64 keys tell apart. The
-        cubes of the two grids differ by :func:`~lightning_dpot.ot.expansion.cell_ratio`.
+        coefficients (2/λ)^{k+1} beyond a ten-thousandth of the dtype's range (float32, order 4:
+        λ < 2.5e-7); more than N·M/4 kernel evaluations; more grid cubes than int64 keys tell
+        apart. The cubes of the two grids differ by
+        :func:`~lightning_dpot.ot.expansion.cell_ratio`.
 
         The clouds arrive centred (:meth:`__call__`)."""
         if not (self.taylor and isinstance(self.cost, LpCost) and self.cost.p == 2):
             return None
-        rho = self.tol / 10
-        if rho < 100 * torch.finfo(x.dtype).eps:
+        rho, order, finfo = self.tol / 10, order_for(x.shape[1]), torch.finfo(x.dtype)
+        if rho < 100 * finfo.eps or (2 / self.reg) ** (order + 1) > finfo.max / 1e4:
             return None
         x, y = x.detach(), y.detach()
-        side = expansion_side(self.reg, x.shape[1], rho, order_for(x.shape[1]))
+        side = expansion_side(self.reg, x.shape[1], rho, order)
         if not (Grid.fits(x, side) and Grid.fits(y, side)):
             return None
         grid_x, grid_y = Grid(x, side), Grid(y, side)

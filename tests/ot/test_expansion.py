@@ -272,3 +272,12 @@ def test_a_compact_cloud_against_a_spread_one_takes_unequal_cells():
         entropic_value(plan, lp_cost(2)(x, y), reg).item(), rel=2e-4
     )
     assert ((grad - ref_grad).norm() / ref_grad.norm()).item() < 1e-4
+
+
+def test_no_taylor_kernel_where_its_coefficients_would_overflow_the_dtype():
+    # (2/λ)^{k+1} overflows float32 for λ ≲ 1e-9 at order 4: NaN values before this rule.
+    x, y = _clouds(2)
+    tiny = EntropicSolver(LpCost(2), 2, 1e-9, 8.0, backend="multiscale")
+    assert tiny._taylor_grids(x.float() * 1e-4, y.float() * 1e-4) is None
+    wide = EntropicSolver(LpCost(2), 2, 20.0, 8.0, backend="multiscale")
+    assert wide._taylor_grids(x.float(), y.float()) is not None

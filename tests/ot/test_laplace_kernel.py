@@ -8,7 +8,7 @@ import torch
 
 import lightning_dpot.ot.sinkhorn as sinkhorn
 from lightning_dpot.ot import EntropicSolver, LpCost, l1_cost
-from lightning_dpot.ot.laplace import LINEAR_RANGE, LaplaceKernel
+from lightning_dpot.ot.laplace import LINEAR_RANGE, LaplaceKernel, near_pair_count
 
 
 def _clouds(dim: int, n: int = 300, m: int = 500):
@@ -117,3 +117,14 @@ def test_multiscale_l1_solve_matches_the_dense_solve_without_keops(monkeypatch, 
     assert value == pytest.approx(dense, rel=1e-7)
     assert ((gx - dense_gx).norm() / dense_gx.norm()).item() < 1e-6
     assert ((gy - dense_gy).norm() / dense_gy.norm()).item() < 1e-6
+
+
+def test_points_on_a_line_make_every_pair_near_and_multiscale_keeps_the_truncated_kernel():
+    # Blocks cannot split tied coordinates: the near pairs, and the kernel's memory, would grow
+    # with N·M, so above a quarter of the pairs the solver does not take the exact kernel.
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.rand(300, 2, generator=gen), torch.rand(400, 2, generator=gen)
+    solver = EntropicSolver(LpCost(1), 1, 0.5, 4.0, backend="multiscale")
+    assert near_pair_count(x, y) < 0.25 * 300 * 400 and solver._laplace_applies(x, y)
+    x[:, 0], y[:, 0] = 0.5, 0.5
+    assert near_pair_count(x, y) == 300 * 400 and not solver._laplace_applies(x, y)
