@@ -3,7 +3,8 @@
 Sides, timed in turn step after step (same thread, same load):
 
 * ``new``: this package — conditional DCGAN, semi-debiased loss with ``auto`` (the fixed-budget
-  ``newton`` backend, ``fixed_budget`` as a private run sets it), the sanitizing hook.
+  ``newton`` backend, ``fixed_budget`` as a private run sets it), its ``GradientSanitizer`` as the
+  gradient hook.
 * ``old``: the package at ``--old-rev`` (Sinkhorn sweeps to tol 1e-3 with a 2,000-sweep cap),
   loaded with :func:`revision.load_revision`.
 * ``official``: the configuration of the authors' released code — geomloss 0.3.1
@@ -80,17 +81,27 @@ class Side:
                 0.05, 1.0, 0.4, 10, 15.0, diameter, **kwargs
             )
             self.eps = 0.05
+        self.sanitizer = (
+            None
+            if name == "official"
+            else pkg.privacy.gradient_sanitizer.GradientSanitizer(0.5, 1.5, sample_rate=1 / 1200)
+        )
         self.parts: dict[str, list[float]] = {k: [] for k in ("forward", "loss", "backward", "opt")}
         self.totals: list[float] = []
         self.captured = None
 
-    def _hook(self, grad, rows: slice | None):
-        """Block clipping to Frobenius norm Δ = 0.5 and N(0, (2Δσ)²) noise on the cross rows."""
-        import torch
-
+    def _capture(self, grad) -> None:
+        """Keep the gradient w.r.t. the generated rows as the hook sees it (before noise)."""
         if self.captured is None:
             self.captured = []
         self.captured.append(grad.detach().clone())
+
+    def _hook(self, grad, rows: slice | None):
+        """The released code's hook: block clipping to Frobenius norm Δ = 0.5 and N(0, (2Δσ)²)
+        noise on the cross rows."""
+        import torch
+
+        self._capture(grad)
         clip = 0.5
         out = grad * min(1.0, clip / (float(grad.norm()) + 1e-12))
         if rows is not None:
@@ -113,9 +124,10 @@ class Side:
             fake.register_hook(lambda g: self._hook(g, slice(0, n)))
             alt.register_hook(lambda g: self._hook(g, None))
             fake = torch.cat([fake, alt])
-        else:
+        else:  # the package's sanitizer, as a private run registers it
             fake = self.gen(z, labels)
-            fake.register_hook(lambda g: self._hook(g, slice(0, n)))
+            fake.register_hook(self._capture)
+            fake.register_hook(lambda g: self.sanitizer(g, n))
         self.fake, self.labels = fake.detach(), labels
         _sync(device)
         t1 = time.perf_counter()
@@ -189,6 +201,7 @@ def main() -> None:
 
     import lightning_dpot.nn.dcgan  # noqa: F401
     import lightning_dpot.ot.dp_sinkhorn  # noqa: F401
+    import lightning_dpot.privacy.gradient_sanitizer  # noqa: F401
 
     new = sys.modules["lightning_dpot"]
     torch.set_num_threads(args.threads)

@@ -30,6 +30,7 @@ SUBMODULES = (
     "ot.entropic",
     "ot.expansion",
     "ot.sinkhorn",
+    "privacy.gradient_sanitizer",
 )
 _KEEP: list[tempfile.TemporaryDirectory] = []
 

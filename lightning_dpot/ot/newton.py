@@ -95,6 +95,25 @@ def _hessian(softmax: Tensor, mass: Tensor, ridge: float) -> Tensor:
     return h
 
 
+def _residual(softmax: Tensor) -> tuple[Tensor, Tensor, float]:
+    """Column mass π^T 1, the semi-dual gradient b − π^T 1 and its ℓ1 norm r."""
+    n, m = softmax.shape
+    mass = softmax.sum(0) / n
+    grad = 1.0 / m - mass
+    return mass, grad, float(grad.abs().sum())
+
+
+def _correct(cost: Tensor, g: Tensor, softmax: Tensor, eps: float, steps: Tensor):
+    """One corrector step at ε (module docstring): ridge 0.1·min(1, r)²/M, step capped at 8ε in
+    ∞-norm, the best of ``steps``. Returns (g, softmax) after the step."""
+    mass, grad, r = _residual(softmax)
+    d = _solve_spd(_hessian(softmax, mass, RIDGE * min(1.0, r) ** 2 + 1e-13), eps * grad)
+    largest = float(d.abs().max())
+    if largest > STEP_CAP * eps:
+        d.mul_(STEP_CAP * eps / largest)
+    return _best(cost, g, d, steps, eps)
+
+
 def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
     """g ≈ argmax F_λ (module docstring) for a dense ``cost`` (N, M), by the fixed-budget
     predictor–corrector path from ε₀ to λ; float64, no autograd. Column potentials only: the
@@ -102,7 +121,6 @@ def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
     with torch.no_grad():
         cost = cost.detach().to(torch.float64).contiguous()
         n, m = cost.shape
-        b = 1.0 / m
         corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
         predictor = torch.tensor(PREDICTOR_STEPS, dtype=cost.dtype, device=cost.device)
         schedule = halving_schedule(eps0, reg)
@@ -111,21 +129,13 @@ def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
         for stage, eps in enumerate(schedule):
             last = stage == len(schedule) - 1
             for _ in range(FINAL_STEPS if last else 1):
-                mass = softmax.sum(0) / n
-                grad = b - mass
-                r = min(1.0, float(grad.abs().sum()))
-                d = _solve_spd(_hessian(softmax, mass, RIDGE * r * r + 1e-13), eps * grad)
-                largest = float(d.abs().max())
-                if largest > STEP_CAP * eps:
-                    d.mul_(STEP_CAP * eps / largest)
-                g, softmax = _best(cost, g, d, corrector, eps)
+                g, softmax = _correct(cost, g, softmax, eps, corrector)
             if last:
                 break
             eps_next = schedule[stage + 1]
             logits = (g[None, :] - cost) / eps
             centred = logits - (softmax * logits).sum(1, keepdim=True)
-            mass = softmax.sum(0) / n
-            r = float((b - mass).abs().sum())
+            mass, _, r = _residual(softmax)
             tangent = _solve_spd(
                 _hessian(softmax, mass, 1e-6 * r + 1e-13), (softmax * centred).sum(0) / n
             )
@@ -136,10 +146,8 @@ def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
 def column_violation(cost: Tensor, g: Tensor, reg: float) -> float:
     """‖π^T 1 − b‖₁ of the plan with rows f = T_λ(g) (exact row marginals): the solve's error,
     for non-private diagnostics only."""
-    n, m = cost.shape
     with torch.no_grad():
-        plan = torch.softmax((g[None, :] - cost.to(g.dtype)) / reg, 1) / n
-        return float((plan.sum(0) - 1.0 / m).abs().sum())
+        return _residual(torch.softmax((g[None, :] - cost.to(g.dtype)) / reg, 1))[2]
 
 
 def semi_dual_value(cost: Tensor, g: Tensor, reg: float) -> Tensor:
@@ -152,23 +160,19 @@ def semi_dual_value(cost: Tensor, g: Tensor, reg: float) -> Tensor:
     return f.mean() + g.mean()
 
 
-def refine(cost: Tensor, g: Tensor, reg: float, tol: float, max_steps: int) -> tuple[Tensor, int]:
+def refine(
+    cost: Tensor, g: Tensor, reg: float, tol: float, max_steps: int
+) -> tuple[Tensor, int, float]:
     """Corrector steps at λ until ‖π^T 1 − b‖₁ ≤ ``tol`` or ``max_steps``: a data-dependent
-    number of steps, for non-private solves only. Returns g and the steps taken."""
+    number of steps, for non-private solves only. Returns g, the steps taken and the final
+    ‖π^T 1 − b‖₁."""
     with torch.no_grad():
         cost = cost.detach().to(torch.float64)
-        n, m = cost.shape
         corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
+        softmax = torch.softmax((g[None, :] - cost) / reg, 1)
         for step in range(max_steps):
-            softmax = torch.softmax((g[None, :] - cost) / reg, 1)
-            mass = softmax.sum(0) / n
-            grad = 1.0 / m - mass
-            r = float(grad.abs().sum())
-            if r <= tol:
-                return g, step
-            d = _solve_spd(_hessian(softmax, mass, RIDGE * min(1.0, r) ** 2 + 1e-13), reg * grad)
-            largest = float(d.abs().max())
-            if largest > STEP_CAP * reg:
-                d.mul_(STEP_CAP * reg / largest)
-            g = _best(cost, g, d, corrector, reg)[0]
-        return g, max_steps
+            error = _residual(softmax)[2]
+            if error <= tol:
+                return g, step, error
+            g, softmax = _correct(cost, g, softmax, reg, corrector)
+        return g, max_steps, _residual(softmax)[2]

@@ -103,7 +103,6 @@ from lightning_dpot.ot.keops import (
 from lightning_dpot.ot.laplace import LaplaceKernel, cube_means, near_pair_count
 from lightning_dpot.ot.newton import (
     FINAL_STEPS,
-    column_violation,
     halving_schedule,
     refine,
     semi_dual_potential,
@@ -525,8 +524,7 @@ class EntropicSolver:
         g = semi_dual_potential(cost, eps0, self.reg)
         if self.fixed_budget:
             return semi_dual_value(cost, g, self.reg).to(x.dtype), None
-        g, steps = refine(cost, g, self.reg, self.tol, self.max_iter)
-        error = column_violation(cost, g, self.reg)
+        g, steps, error = refine(cost, g, self.reg, self.tol, self.max_iter)
         info = SinkhornInfo(
             backend="newton",
             annealing_steps=len(halving_schedule(eps0, self.reg)) - 1,
