@@ -13,7 +13,10 @@ Sides, timed in turn step after step (same thread, same load):
   N × M × D difference, the generator called once for the n cross rows and once for the n'
   debias rows, block clipping and Gaussian noise in the gradient hook. ``--official-blur``:
   0.05 as released (geomloss' ε = blur² = 0.0025 in cost units), or √0.05 (ε = λ = 0.05, the
-  value the other sides use).
+  value the other sides use). Its generator is the package's (channels-last, the first layer a
+  matrix product): the same generator as ``new``.
+* ``released``: ``official`` with the generator in the authors' layout (NCHW, every layer an
+  ``nn.ConvTranspose2d``), as their code runs it; same weights.
 
 Settings (paper, App. D.3): n = 50 real and n + ⌊0.4n⌋ = 70 generated rows, λ = 0.05, m = 1,
 α_c = 15, clip 0.5, σ = 1.5, q = 1/1200; random images as the real batch. One step = generator
@@ -69,10 +72,17 @@ class Side:
         self.name, self.args, self.device = name, args, device
         torch.manual_seed(0)
         self.gen = pkg.nn.dcgan.ConditionalDCGANGenerator(10).to(device)
+        if name == "released":  # the authors' layout: NCHW, every layer a ConvTranspose2d
+            first = self.gen.net[0]
+            plain = torch.nn.ConvTranspose2d(16, 256, 7, bias=first.bias is not None)
+            plain.load_state_dict(first.state_dict())
+            self.gen.net[0] = plain.to(device)
+            self.gen.to(memory_format=torch.contiguous_format)
         self.opt = torch.optim.Adam(self.gen.parameters(), lr=1e-4, weight_decay=2e-5)
         self.n, self.n_prime = args.batch, int(args.batch * 0.4 + 1e-9)
         diameter = mixed_cost_diameter(784, 2.0, 1.0, 15.0)
-        if name == "official":
+        self.official = name in ("official", "released")
+        if self.official:
             self.loss_fn = _official_loss(args.official_blur, 1.0)
             self.eps = args.official_blur**2
         else:
@@ -83,7 +93,7 @@ class Side:
             self.eps = 0.05
         self.sanitizer = (
             None
-            if name == "official"
+            if self.official
             else pkg.privacy.gradient_sanitizer.GradientSanitizer(0.5, 1.5, sample_rate=1 / 1200)
         )
         self.parts: dict[str, list[float]] = {k: [] for k in ("forward", "loss", "backward", "opt")}
@@ -117,7 +127,7 @@ class Side:
         t0 = time.perf_counter()
         z = torch.rand(n + n_prime, 12, device=device)
         labels = torch.randint(10, (n + n_prime,), device=device)
-        if self.name == "official":
+        if self.official:
             fake = self.gen(z[:n], labels[:n])
             alt = self.gen(z[n:], labels[:n_prime])
             labels = torch.cat([labels[:n], labels[:n_prime]])
@@ -131,7 +141,7 @@ class Side:
         self.fake, self.labels = fake.detach(), labels
         _sync(device)
         t1 = time.perf_counter()
-        if self.name == "official":
+        if self.official:
             onehot = 15.0 * F.one_hot(labels, 10).float()
             fx = torch.cat([fake.reshape(len(fake), -1), onehot], 1)
             fy = torch.cat([real.reshape(len(real), -1), 15.0 * F.one_hot(real_labels, 10)], 1)
@@ -161,7 +171,7 @@ class Side:
         from lightning_dpot.ot import MixedL2L1Cost, entropic_plan_newton
         from lightning_dpot.ot.dp_sinkhorn import class_conditional_features
 
-        grad = torch.cat(self.captured[::-1]) if self.name == "official" else self.captured[0]
+        grad = torch.cat(self.captured[::-1]) if self.official else self.captured[0]
         n, n_prime = self.n, self.n_prime
         cost = MixedL2L1Cost(1.0)
         x = self.fake.double().requires_grad_(True)
@@ -191,7 +201,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=50)
-    parser.add_argument("--sides", nargs="*", default=["new", "old", "official"])
+    parser.add_argument("--sides", nargs="*", default=["new", "old", "official", "released"])
     parser.add_argument("--old-rev", default=OLD_REV)
     parser.add_argument("--official-blur", type=float, default=0.05)
     parser.add_argument("--out", help="also write the JSON here")
@@ -219,8 +229,9 @@ def main() -> None:
     results = [dict(s.summary(), gradient_error=round(errors[s.name], 4)) for s in sides]
     base = {r["side"]: r["step_ms_median"] for r in results}
     for r in results:
-        if "official" in base:
-            r["vs_official"] = round(r["step_ms_median"] / base["official"], 3)
+        for peer in ("official", "released"):
+            if peer in base:
+                r[f"vs_{peer}"] = round(r["step_ms_median"] / base[peer], 3)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     text = json.dumps(
         {

@@ -117,7 +117,7 @@ def main() -> None:
                 start = time.perf_counter()
                 g = semi_dual_potential(cost, bound, ratio * bound)
                 seconds.append(time.perf_counter() - start)
-                residual = column_violation(cost, g, ratio * bound)
+                residual = float(column_violation(cost, g, ratio * bound))
                 residuals.append(residual)
                 if residual > worst[ratio][0]:
                     worst[ratio] = (residual, f"{desc}/{tag}")

@@ -184,8 +184,13 @@ class SemiDebiasedSinkhorn(nn.Module):
         fx = class_conditional_features(x, x_labels, self.num_classes, self.class_weight)
         fy = class_conditional_features(y, y_labels, self.num_classes, self.class_weight)
         fy = fy.to(fx.dtype)
-        debias = self.entropic_ot(fx[:n], fx[n_prime : n + n_prime])
-        if fy.shape[0] == 0:
+        pairs = [(fx[:n], fx[n_prime : n + n_prime])]
+        if fy.shape[0] > 0:
+            pairs.append((fx[:n], fy))
+        # One call: on the newton backend both solves share one batched path where sizes agree.
+        solves = self.solver.solve_many(pairs)
+        (debias, self.last_info), *cross = solves
+        if not cross:
             return -debias
-        cross = self.entropic_ot(fx[:n], fy)
-        return 2.0 * cross - debias
+        cross_value, self.last_info = cross[0]
+        return 2.0 * cross_value - debias

@@ -23,7 +23,8 @@ public bound on C) down to λ by halving (ε_{k+1} = ε_k/2), with
   marginal error of about 0.3, outside Newton's basin.
 
 The work — 1 + ⌈log₂(ε₀/λ)⌉ stages, one Cholesky factorization per step — is a function of
-(N, M, ε₀, λ) only: no stopping test runs on the data, so a solve on private records reveals
+(N, M, ε₀, λ) only (problems of equal sizes run as one batch, B × the arithmetic for one
+problem's dispatch): no stopping test runs on the data, so a solve on private records reveals
 nothing through its iteration count (the residual r that sizes the ridge never leaves the solve;
 a factorization that fails is retried once with a larger ridge, which was never seen outside
 non-finite input). Measured (``benchmarks/stress_newton.py``) on 4,160 random and adversarial
@@ -58,74 +59,91 @@ def halving_schedule(eps0: float, reg: float) -> list[float]:
     return out + [float(reg)]
 
 
+def _objective(cost: Tensor, candidates: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """F_ε at ``candidates`` (B, T, M) for ``cost`` (B, N, M): (F (B, T), the row-shifted
+    exponentials e^{z − max z} (B, T, N, M), their row sums)."""
+    n, m = cost.shape[-2:]
+    z = (candidates[:, :, None, :] - cost[:, None]).div_(eps)
+    top = z.amax(-1, keepdim=True)
+    z.sub_(top).exp_()
+    sums = z.sum(-1, keepdim=True)
+    objective = candidates.sum(-1) / m - eps * (top + sums.log()).squeeze(-1).sum(-1) / n
+    return objective, z, sums
+
+
 def _best(cost: Tensor, g: Tensor, d: Tensor, steps: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """argmax_t F_ε(g + t d) over ``steps``, batched over as many candidates as fit in
-    ``BATCH_ELEMENTS``: (g + t*·d, the row softmax N·π of that potential)."""
-    n, m = cost.shape
-    best, best_objective, best_softmax = g, -math.inf, None
-    for chunk in steps.split(max(1, BATCH_ELEMENTS // (n * m))):
-        candidates = g[None, :] + chunk[:, None] * d[None, :]
-        z = (candidates[:, None, :] - cost[None]).div_(eps)
-        top = z.amax(-1, keepdim=True)
-        z.sub_(top).exp_()
-        sums = z.sum(-1, keepdim=True)
-        objective = candidates.sum(1) / m - eps * (top + sums.log()).squeeze(-1).sum(1) / n
-        k = int(torch.argmax(objective))
-        if float(objective[k]) > best_objective:
-            best, best_objective = candidates[k], float(objective[k])
-            best_softmax = z[k].div_(sums[k])
-    return best, best_softmax
+    """argmax_t F_ε(g + t d) over ``steps`` for each problem of the batch (``cost`` (B, N, M),
+    ``g`` and ``d`` (B, M)): (g + t*·d, the row softmax N·π of that potential). The candidates
+    are evaluated together where B·T·N·M ≤ ``BATCH_ELEMENTS``; otherwise in chunks, and the
+    softmax is recomputed once at the winner (memory stays at one N × M buffer per problem)."""
+    batch, n, m = cost.shape
+    rows = torch.arange(batch, device=cost.device)
+    chunks = steps.split(max(1, BATCH_ELEMENTS // (batch * n * m)))
+    if len(chunks) == 1:
+        candidates = g[:, None, :] + steps[None, :, None] * d[:, None, :]
+        objective, z, sums = _objective(cost, candidates, eps)
+        k = objective.argmax(1)
+        return candidates[rows, k], z[rows, k].div_(sums[rows, k])
+    candidates = (g[:, None, :] + c[None, :, None] * d[:, None, :] for c in chunks)
+    objective = torch.cat([_objective(cost, c, eps)[0] for c in candidates], 1)
+    best = g + steps[objective.argmax(1)][:, None] * d
+    return best, torch.softmax((best[:, None, :] - cost) / eps, -1)
 
 
 def _solve_spd(h: Tensor, rhs: Tensor) -> Tensor:
-    """H⁻¹ rhs by Cholesky; a factorization that fails (H singular in floating point) is retried
-    once with 10⁻⁸·max diag(H) added to the diagonal."""
+    """H⁻¹ rhs by batched Cholesky (``h`` (B, M, M), ``rhs`` (B, M)); a factorization that fails
+    (H singular in floating point) is retried once with 10⁻⁸·max diag(H) added to its
+    diagonal."""
     factor, info = torch.linalg.cholesky_ex(h)
-    if int(info) != 0:
-        h.diagonal().add_(1e-8 * float(h.diagonal().abs().max()))
+    if bool(info.any()):
+        diagonal = h.diagonal(dim1=-2, dim2=-1)
+        diagonal.add_((info != 0)[:, None] * 1e-8 * diagonal.abs().amax(-1, keepdim=True))
         factor = torch.linalg.cholesky(h)
-    return torch.cholesky_solve(rhs[:, None], factor)[:, 0]
+    return torch.cholesky_solve(rhs[..., None], factor)[..., 0]
 
 
-def _hessian(softmax: Tensor, mass: Tensor, ridge: float) -> Tensor:
-    """H = diag(π^T 1) − N π^T π + ridge·I, with ``softmax`` = N π (rows sum to 1)."""
-    n, m = softmax.shape
-    h = (softmax.T @ softmax).mul_(-1.0 / n)
-    h.diagonal().add_(mass + ridge / m)
+def _hessian(softmax: Tensor, mass: Tensor, ridge: Tensor) -> Tensor:
+    """H = diag(π^T 1) − N π^T π + ridge·I per problem, with ``softmax`` = N π (rows sum to 1)
+    and ``ridge`` (B,)."""
+    n, m = softmax.shape[-2:]
+    h = (softmax.mT @ softmax).mul_(-1.0 / n)
+    h.diagonal(dim1=-2, dim2=-1).add_(mass + ridge[:, None] / m)
     return h
 
 
-def _residual(softmax: Tensor) -> tuple[Tensor, Tensor, float]:
-    """Column mass π^T 1, the semi-dual gradient b − π^T 1 and its ℓ1 norm r."""
-    n, m = softmax.shape
-    mass = softmax.sum(0) / n
+def _residual(softmax: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Column mass π^T 1, the semi-dual gradient b − π^T 1 and its ℓ1 norm r, per problem."""
+    n, m = softmax.shape[-2:]
+    mass = softmax.sum(-2) / n
     grad = 1.0 / m - mass
-    return mass, grad, float(grad.abs().sum())
+    return mass, grad, grad.abs().sum(-1)
 
 
 def _correct(cost: Tensor, g: Tensor, softmax: Tensor, eps: float, steps: Tensor):
     """One corrector step at ε (module docstring): ridge 0.1·min(1, r)²/M, step capped at 8ε in
     ∞-norm, the best of ``steps``. Returns (g, softmax) after the step."""
     mass, grad, r = _residual(softmax)
-    d = _solve_spd(_hessian(softmax, mass, RIDGE * min(1.0, r) ** 2 + 1e-13), eps * grad)
-    largest = float(d.abs().max())
-    if largest > STEP_CAP * eps:
-        d.mul_(STEP_CAP * eps / largest)
+    ridge = RIDGE * r.clamp(max=1.0) ** 2 + 1e-13
+    d = _solve_spd(_hessian(softmax, mass, ridge), eps * grad)
+    d.mul_((STEP_CAP * eps / d.abs().amax(-1, keepdim=True)).clamp_(max=1.0))
     return _best(cost, g, d, steps, eps)
 
 
 def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
-    """g ≈ argmax F_λ (module docstring) for a dense ``cost`` (N, M), by the fixed-budget
-    predictor–corrector path from ε₀ to λ; float64, no autograd. Column potentials only: the
-    rows follow exactly as f = T_λ(g)."""
+    """g ≈ argmax F_λ (module docstring) for a dense ``cost`` (N, M), or a batch of them
+    (B, N, M) solved together, by the fixed-budget predictor–corrector path from ε₀ to λ;
+    float64, no autograd. Column potentials only: the rows follow exactly as f = T_λ(g)."""
     with torch.no_grad():
+        single = cost.dim() == 2
         cost = cost.detach().to(torch.float64).contiguous()
-        n, m = cost.shape
+        if single:
+            cost = cost[None]
+        n, m = cost.shape[-2:]
         corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
         predictor = torch.tensor(PREDICTOR_STEPS, dtype=cost.dtype, device=cost.device)
         schedule = halving_schedule(eps0, reg)
-        g = cost.new_zeros(m)
-        softmax = torch.softmax(-cost / schedule[0], 1)
+        g = cost.new_zeros(cost.shape[0], m)
+        softmax = torch.softmax(-cost / schedule[0], -1)
         for stage, eps in enumerate(schedule):
             last = stage == len(schedule) - 1
             for _ in range(FINAL_STEPS if last else 1):
@@ -133,46 +151,47 @@ def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
             if last:
                 break
             eps_next = schedule[stage + 1]
-            logits = (g[None, :] - cost) / eps
-            centred = logits - (softmax * logits).sum(1, keepdim=True)
+            logits = (g[:, None, :] - cost) / eps
+            centred = logits - (softmax * logits).sum(-1, keepdim=True)
             mass, _, r = _residual(softmax)
             tangent = _solve_spd(
-                _hessian(softmax, mass, 1e-6 * r + 1e-13), (softmax * centred).sum(0) / n
+                _hessian(softmax, mass, 1e-6 * r + 1e-13), (softmax * centred).sum(-2) / n
             )
             g, softmax = _best(cost, g, (eps_next - eps) * tangent, predictor, eps_next)
-        return g
+        return g[0] if single else g
 
 
-def column_violation(cost: Tensor, g: Tensor, reg: float) -> float:
-    """‖π^T 1 − b‖₁ of the plan with rows f = T_λ(g) (exact row marginals): the solve's error,
-    for non-private diagnostics only."""
+def column_violation(cost: Tensor, g: Tensor, reg: float) -> Tensor:
+    """‖π^T 1 − b‖₁ of the plan with rows f = T_λ(g) (exact row marginals), per problem: the
+    solve's error, for non-private diagnostics only."""
     with torch.no_grad():
-        return _residual(torch.softmax((g[None, :] - cost.to(g.dtype)) / reg, 1))[2]
+        return _residual(torch.softmax((g[..., None, :] - cost.to(g.dtype)) / reg, -1))[2]
 
 
 def semi_dual_value(cost: Tensor, g: Tensor, reg: float) -> Tensor:
-    """W = ⟨a, T_λ(g)⟩ + ⟨b, g⟩ at a fixed (detached) g: by the envelope theorem its gradient in
-    the points is that of W_{c,λ} at the optimum, ∂W/∂x_i = Σ_j π_ij ∇_x c(x_i, y_j) (and the same
-    for y), through ``cost``'s autograd graph."""
-    n, m = cost.shape
+    """W = ⟨a, T_λ(g)⟩ + ⟨b, g⟩ at a fixed (detached) g, per problem: by the envelope theorem its
+    gradient in the points is that of W_{c,λ} at the optimum, ∂W/∂x_i = Σ_j π_ij ∇_x c(x_i, y_j)
+    (and the same for y), through ``cost``'s autograd graph."""
+    m = cost.shape[-1]
     g = g.to(cost.dtype)
-    f = -reg * torch.logsumexp((g[None, :] - cost) / reg - math.log(m), dim=1)
-    return f.mean() + g.mean()
+    f = -reg * torch.logsumexp((g[..., None, :] - cost) / reg - math.log(m), dim=-1)
+    return f.mean(-1) + g.mean(-1)
 
 
 def refine(
     cost: Tensor, g: Tensor, reg: float, tol: float, max_steps: int
 ) -> tuple[Tensor, int, float]:
-    """Corrector steps at λ until ‖π^T 1 − b‖₁ ≤ ``tol`` or ``max_steps``: a data-dependent
-    number of steps, for non-private solves only. Returns g, the steps taken and the final
-    ‖π^T 1 − b‖₁."""
+    """Corrector steps at λ on one problem (``cost`` (N, M)) until ‖π^T 1 − b‖₁ ≤ ``tol`` or
+    ``max_steps``: a data-dependent number of steps, for non-private solves only. Returns g,
+    the steps taken and the final ‖π^T 1 − b‖₁."""
     with torch.no_grad():
-        cost = cost.detach().to(torch.float64)
+        cost = cost.detach().to(torch.float64)[None]
         corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
-        softmax = torch.softmax((g[None, :] - cost) / reg, 1)
+        g = g[None]
+        softmax = torch.softmax((g[:, None, :] - cost) / reg, -1)
         for step in range(max_steps):
-            error = _residual(softmax)[2]
+            error = float(_residual(softmax)[2])
             if error <= tol:
-                return g, step, error
+                return g[0], step, error
             g, softmax = _correct(cost, g, softmax, reg, corrector)
-        return g, max_steps, _residual(softmax)[2]
+        return g[0], max_steps, float(_residual(softmax)[2])

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -399,6 +400,29 @@ class EntropicSolver:
     def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo | None]:
         """W_{c,λ}(x, y) for clouds ``(N, D)``, ``(M, D)``, and the :class:`SinkhornInfo`
         (``None`` with ``fixed_budget``: no statistic of the solve is computed)."""
+        return self.solve_many([(x, y)])[0]
+
+    def solve_many(
+        self, pairs: Sequence[tuple[Tensor, Tensor]]
+    ) -> list[tuple[Tensor, SinkhornInfo | None]]:
+        """:meth:`__call__` on each ``(x, y)`` of ``pairs``. Where every pair takes the
+        ``newton`` backend with the same sizes, the potentials come from one batched path (the
+        same work per problem, a fraction of the dispatch: DP-Sinkhorn's two solves a step)."""
+        pairs = [self._prepare(x, y) for x, y in pairs]
+        backends = [
+            self.choose_backend(x.shape[0], y.shape[0], x.shape[1], x.device, x.element_size())
+            for x, y in pairs
+        ]
+        if all(backend == "newton" for backend in backends):
+            return self._newton_solve(pairs)
+        return [
+            self._newton_solve([pair])[0] if backend == "newton" else self._dispatch(backend, *pair)
+            for backend, pair in zip(backends, pairs, strict=True)
+        ]
+
+    def _prepare(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Checks the clouds' shapes; ``y`` in ``x``'s dtype, both centred (translation-invariant
+        costs)."""
         if x.dim() != 2 or y.dim() != 2 or x.shape[1] != y.shape[1]:
             raise ValueError(
                 f"x and y must be (N, D) and (M, D) clouds, got {tuple(x.shape)}, {tuple(y.shape)}"
@@ -414,10 +438,12 @@ class EntropicSolver:
                 low = torch.minimum(x.amin(0), y.amin(0))
                 origin = (low + torch.maximum(x.amax(0), y.amax(0))) / 2
             x, y = x - origin, y - origin
-        n, m, dim = x.shape[0], y.shape[0], x.shape[1]
-        backend = self.choose_backend(n, m, dim, x.device, x.element_size())
-        if backend == "newton":
-            return self._newton_solve(x, y)
+        return x, y
+
+    def _dispatch(self, backend: str, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo]:
+        """One solve of prepared clouds on ``backend`` (not ``newton``), with the fallbacks of
+        ``auto``."""
+        dim = x.shape[1]
         if backend == "multiscale":
             if dim > 3:
                 raise ValueError(
@@ -513,30 +539,43 @@ class EntropicSolver:
         self._warn_if_not_converged(info)
         return value, info
 
-    def _newton_solve(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo | None]:
-        """The ``newton`` backend (:mod:`~lightning_dpot.ot.newton`): the cost in float64, the
-        potential of the smaller cloud by the fixed-budget path, the value by the envelope
-        theorem; unless ``fixed_budget``, further steps at λ until ``tol`` (or ``max_iter``)."""
-        cost = self.cost(x, y).double()
-        if cost.shape[1] > cost.shape[0]:  # the Hessian is M × M: solve for the smaller side
-            cost = cost.T
+    def _newton_solve(
+        self, pairs: list[tuple[Tensor, Tensor]]
+    ) -> list[tuple[Tensor, SinkhornInfo | None]]:
+        """The ``newton`` backend (:mod:`~lightning_dpot.ot.newton`): each cost in float64, the
+        potential of the smaller cloud by the fixed-budget path (one batched path where the
+        sizes agree), the value by the envelope theorem; unless ``fixed_budget``, further steps
+        at λ until ``tol`` (or ``max_iter``)."""
+        costs = []
+        for x, y in pairs:
+            cost = self.cost(x, y).double()
+            # The Hessian is M × M: solve for the smaller side.
+            costs.append(cost.T if cost.shape[1] > cost.shape[0] else cost)
         eps0 = max(self.diameter**self.p, self.reg)
-        g = semi_dual_potential(cost, eps0, self.reg)
-        if self.fixed_budget:
-            return semi_dual_value(cost, g, self.reg).to(x.dtype), None
-        g, steps, error = refine(cost, g, self.reg, self.tol, self.max_iter)
-        info = SinkhornInfo(
-            backend="newton",
-            annealing_steps=len(halving_schedule(eps0, self.reg)) - 1,
-            iterations=FINAL_STEPS + steps,
-            marginal_error=error,
-            tolerance=self.tol,
-            converged=error <= self.tol,
-            kernel="dense",
-            kernel_error=0.0,
-        )
-        self._warn_if_not_converged(info)
-        return semi_dual_value(cost, g, self.reg).to(x.dtype), info
+        if len(costs) > 1 and len({cost.shape for cost in costs}) == 1:
+            stacked = torch.stack([cost.detach() for cost in costs])
+            potentials = list(semi_dual_potential(stacked, eps0, self.reg))
+        else:
+            potentials = [semi_dual_potential(cost, eps0, self.reg) for cost in costs]
+        out: list[tuple[Tensor, SinkhornInfo | None]] = []
+        for (x, _), cost, g in zip(pairs, costs, potentials, strict=True):
+            if self.fixed_budget:
+                out.append((semi_dual_value(cost, g, self.reg).to(x.dtype), None))
+                continue
+            g, steps, error = refine(cost, g, self.reg, self.tol, self.max_iter)
+            info = SinkhornInfo(
+                backend="newton",
+                annealing_steps=len(halving_schedule(eps0, self.reg)) - 1,
+                iterations=FINAL_STEPS + steps,
+                marginal_error=error,
+                tolerance=self.tol,
+                converged=error <= self.tol,
+                kernel="dense",
+                kernel_error=0.0,
+            )
+            self._warn_if_not_converged(info)
+            out.append((semi_dual_value(cost, g, self.reg).to(x.dtype), info))
+        return out
 
     def _warn_if_not_converged(self, info: SinkhornInfo) -> None:
         if info.converged or self._warned_not_converged:

@@ -6,7 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_dpot.nn.dcgan import ConditionalDCGANGenerator, DCGANGenerator, dcgan_base_size
+from lightning_dpot.nn.dcgan import (
+    ConditionalDCGANGenerator,
+    DCGANGenerator,
+    LatentProjection,
+    dcgan_base_size,
+)
 
 
 def _latent(n: int, dim: int, seed: int = 0) -> torch.Tensor:
@@ -130,3 +135,23 @@ def test_conditional_generator_refuses_mismatched_labels_and_bad_arguments():
         ConditionalDCGANGenerator(num_classes=10, image_size=30)
     with pytest.raises(ValueError, match="hidden_channels must list 3 widths"):
         ConditionalDCGANGenerator(num_classes=10, hidden_channels=(8, 8))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_latent_projection_is_the_transposed_convolution(bias):
+    """Same values and gradients as ``nn.ConvTranspose2d`` from a 1 × 1 input, the same state-dict
+    keys; other inputs go through the convolution."""
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(16, 8, 7, 1, 0, bias=bias)
+    projection = LatentProjection(16, 8, 7, 1, 0, bias=bias)
+    projection.load_state_dict(conv.state_dict())
+    for shape in ((5, 16, 1, 1), (5, 16, 3, 2)):
+        z = torch.randn(shape, requires_grad=True)
+        expected, out = conv(z), projection(z)
+        torch.testing.assert_close(out, expected)
+        grads = torch.autograd.grad(out.square().sum(), [z, *projection.parameters()])
+        reference = torch.autograd.grad(expected.square().sum(), [z, *conv.parameters()])
+        for got, want in zip(grads, reference, strict=True):
+            torch.testing.assert_close(got, want)
+    assert isinstance(ConditionalDCGANGenerator(10).net[0], LatentProjection)
+    assert isinstance(DCGANGenerator().net[0], LatentProjection)

@@ -97,7 +97,8 @@ def test_dp_sinkhorn_meets_the_contract_at_lambda_1e_5_of_the_cost_bound(kind, f
 
 def test_fixed_budget_work_is_the_same_for_any_data(monkeypatch):
     """The number of factorizations depends on sizes, λ and D only, never on the records (and
-    the retry of a failed one never runs on these)."""
+    the retry of a failed one never runs on these); the cross and debias solves (50 × 50 each)
+    share one batched path."""
     calls: list[str] = []
     for name in ("cholesky_ex", "cholesky"):
         real = getattr(torch.linalg, name)
@@ -113,7 +114,26 @@ def test_fixed_budget_work_is_the_same_for_any_data(monkeypatch):
         loss_fn(fake, real, N_CROSS, labels, real_labels)
         counts.append(list(calls))
     stages = len(newton.halving_schedule(DIAMETER**2, reg))
-    assert counts == [["cholesky_ex"] * 2 * (2 * (stages - 1) + newton.FINAL_STEPS)] * 3
+    assert counts == [["cholesky_ex"] * (2 * (stages - 1) + newton.FINAL_STEPS)] * 3
+
+
+def test_a_batched_path_gives_each_problem_its_own_potential():
+    """``solve_many`` on pairs of equal sizes (one batched path) returns what separate solves
+    return, value and gradient, for private and non-private solvers."""
+    reg = 1e-5 * DIAMETER**2
+    fake, labels, real, real_labels = _batch("uniform")
+    fx = class_conditional_features(fake, labels, CLASSES, ALPHA)
+    fy = class_conditional_features(real, real_labels, CLASSES, ALPHA)
+    for fixed_budget in (True, False):
+        solver = EntropicSolver(MixedL2L1Cost(1.0), 2, reg, DIAMETER, fixed_budget=fixed_budget)
+        x = fx[:N_CROSS].clone().requires_grad_(True)
+        pairs = [(x, fx[N_DEBIAS:]), (x, fy)]
+        together = [value for value, _ in solver.solve_many(pairs)]
+        (grad_together,) = torch.autograd.grad(together[0] - 2 * together[1], x)
+        apart = [solver(a, b)[0] for a, b in pairs]
+        (grad_apart,) = torch.autograd.grad(apart[0] - 2 * apart[1], x)
+        torch.testing.assert_close(torch.stack(together), torch.stack(apart))
+        torch.testing.assert_close(grad_together, grad_apart)
 
 
 @pytest.mark.parametrize("p", [1, 2])
