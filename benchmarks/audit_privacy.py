@@ -15,20 +15,20 @@ import time
 
 import torch
 
-from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
-from lightning_dpot.ot.sliced import random_directions
-from lightning_dpot.privacy.audit import (
+from lightning_dpot.audit import (
     audit_threshold_test,
     dp_sinkhorn_canary_gradients,
     ldp_scores,
     sanitizer_scores,
     sliced_release_scores,
 )
-from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer, clip_frobenius
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.sliced_sensitivity import sliced_sensitivity
-from lightning_dpot.privacy.transforms import make_transform
+from lightning_dpot.methods.dpsw.sensitivity import sliced_sensitivity
+from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
+from lightning_dpot.ot.sliced import random_directions
+from lightning_dpot.privacy.mechanisms.gaussian import gaussian_epsilon, gaussian_sigma
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer, clip_frobenius
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms.transforms import make_transform
 
 
 def _ldp(mechanism: str, epsilon: float, delta: float | None, draws: int, seed: int) -> list:

@@ -211,7 +211,7 @@ def main() -> None:
 
     import lightning_dpot.nn.dcgan  # noqa: F401
     import lightning_dpot.ot.dp_sinkhorn  # noqa: F401
-    import lightning_dpot.privacy.gradient_sanitizer  # noqa: F401
+    import lightning_dpot.privacy.mechanisms.gradient_sanitizer  # noqa: F401
 
     new = sys.modules["lightning_dpot"]
     torch.set_num_threads(args.threads)

@@ -1,8 +1,8 @@
-"""Time of one DP sliced-Wasserstein flow step (paper 004, issue 5).
+"""Time of one DP sliced-Wasserstein flow step (Sebag et al. 2023).
 
     python benchmarks/bench_dpsw_step.py [--threads 1]
 
-Setting of the issue: 10,000 particles in d = 8, N_θ = 70 directions, a released target of
+Setting: 10,000 particles in d = 8, N_θ = 70 directions, a released target of
 m = 250 noisy projections (one DPSWflow-r minibatch), σ = 0.68, λ = 0.001. Reports the median
 over repeats of
 
@@ -23,8 +23,8 @@ import time
 
 import torch
 
+from lightning_dpot.methods.dpsw.sensitivity import gaussian_sliced_release
 from lightning_dpot.ot.sliced import random_directions, sliced_flow_step
-from lightning_dpot.privacy.sliced_sensitivity import gaussian_sliced_release
 
 
 def _time(fn, device: str, repeats: int) -> float:

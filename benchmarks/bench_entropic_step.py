@@ -1,8 +1,8 @@
-"""Training-step time and peak memory of the MNIST entropic p-WGAN configurations (issue 3).
+"""Training-step time and peak memory of the MNIST entropic p-WGAN configurations.
 
 One step = generator forward on B latent codes, the release view, the entropic OT loss
 W_{p,λ} against B privatized records, backward, Adam update — what ``EntropicWGAN.training_step``
-does under the Trainer. Configurations (paper 001):
+does under the Trainer. Configurations (Reshetova et al. 2024):
 
 * p = 2: Gaussian (ε, δ) = (35, 1e-4), Δ2 = 56 → σ = 10.145, λ = 2σ² (Fig. 3 top);
 * p = 1: Laplace ε = 196, Δ1 = 1568 → b = 8, λ = b (Fig. 3 bottom);

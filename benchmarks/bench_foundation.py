@@ -1,4 +1,4 @@
-"""CPU benchmarks of the foundation (issue 2).
+"""CPU benchmarks of the foundation: privatization, the entropic loss and the ℓ1 cost.
 
     python benchmarks/bench_foundation.py
 
@@ -19,8 +19,8 @@ import time
 import torch
 
 from lightning_dpot.ot import EntropicOT
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.transforms import RecordTransform
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms.transforms import RecordTransform
 
 
 def privatization_throughput() -> dict:

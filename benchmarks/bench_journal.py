@@ -1,7 +1,8 @@
 """Cost of the release journal: one durable (``fsync``-ed) line per privacy event.
 
 Every release object emits its event before it draws its noise, and the accountant's journal
-writes and ``fsync``-s one JSON line inside that emit (``lightning_dpot/privacy/journal.py``).
+writes and ``fsync``-s one JSON line inside that emit
+(``lightning_dpot/privacy/accounting/journal.py``).
 This times ``--appends`` appends to a journal in ``--dir`` (the disk a run's log directory is
 on matters: a network file system ``fsync``-s slower than a local disk) and reading it back,
 as a resumed run does.
@@ -19,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lightning_dpot.privacy.accounting.journal import ReleaseJournal
 from lightning_dpot.privacy.events import SubsampledGaussianStep
-from lightning_dpot.privacy.journal import ReleaseJournal
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Time each evaluation metric (SPEC §9, issue 6) for N generated MNIST-sized samples.
+"""Time each evaluation metric (docs/evaluation.md) for N generated MNIST-sized samples.
 
 Stand-in for a generator's output: the shipped MNIST test split plus Gaussian noise (σ = 0.3,
 clamped to [−1, 1]) with its labels, so every metric sees realistic 1×28×28 images in [−1, 1].

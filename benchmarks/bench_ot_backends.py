@@ -3,9 +3,9 @@ POT, on the same clouds, λ and cost; fwd+bwd time, peak extra memory, sweeps to
 
 Conventions: W_{2,λ}(‖·‖²) = 2·OT_{λ/2}(½‖·‖²) in geomloss (blur = √(λ/2), value doubled);
 p = 1 is geomloss with the ℓ1 cost as a dense callable (tensorized), the KeOps formula
-``"Sum(Abs(X-Y))"`` (online) or both (multiscale: ``cost=(formula, routine)``). ``previous`` is
-``EntropicOT`` as it was first built on geomloss (tensorized, our cost, scaling 0.95, one sweep
-at λ). POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense
+``"Sum(Abs(X-Y))"`` (online) or both (multiscale: ``cost=(formula, routine)``).
+``geomloss-lp-cost`` is geomloss tensorized with this package's ℓp cost, blur = λ^{1/p} and
+scaling 0.95 (one sweep at λ). POT runs ``ot.sinkhorn2(method="sinkhorn_log")`` on the dense
 cost (float64, to ``stopThr`` 1e-6); it returns the transport cost ⟨π, C⟩ without the entropy
 term, so its value is not comparable, only its time.
 Peak memory is the growth of the process' maximum RSS during the call (a lower bound when an
@@ -31,7 +31,7 @@ CASES = {
     "2000x20000_2d_p2": (2000, 20_000, 2, 2),
     "2000x20000_2d_p1": (2000, 20_000, 2, 1),
     "20000x20000_2d_p2": (20_000, 20_000, 2, 2),
-    "2000x400000_2d_p2": (2000, 400_000, 2, 2),  # paper 001 Fig. 1-2, one full-batch step
+    "2000x400000_2d_p2": (2000, 400_000, 2, 2),  # Reshetova et al. 2024, Fig. 1-2, full batch
     "2000x400000_2d_p1": (2000, 400_000, 2, 1),
 }
 
@@ -74,7 +74,7 @@ def run_one(case: str, impl: str, repeats: int, device: str) -> dict:
 
         def call(xr):
             return loss(xr, y)
-    elif impl == "previous":  # EntropicOT before issue 12: geomloss, our cost, scaling 0.95
+    elif impl == "geomloss-lp-cost":  # geomloss tensorized, our ℓp cost, scaling 0.95
         from geomloss import SamplesLoss
 
         gl = SamplesLoss(
@@ -160,7 +160,7 @@ def _skip_reason(impl: str, n: int, m: int, dim: int, p: int, args) -> str | Non
         return "multiscale: d <= 3"
     if impl == "pot" and n * m > args.max_pot_pairs:
         return f"POT dense float64 log-domain: more than {args.max_pot_pairs:g} pairs"
-    dense = impl in ("ours-tensorized", "geomloss-tensorized", "previous")
+    dense = impl in ("ours-tensorized", "geomloss-tensorized", "geomloss-lp-cost")
     if dense and n * m > args.max_dense_pairs:
         return f"dense N×M: more than {args.max_dense_pairs:g} pairs"
     return None
@@ -175,7 +175,7 @@ def main() -> None:
         default=[
             "ours-auto",
             "ours-tensorized",
-            "previous",
+            "geomloss-lp-cost",
             "geomloss-tensorized",
             "geomloss-multiscale",
             "pot",

@@ -1,5 +1,6 @@
-"""The p = 2 Taylor kernel of the multiscale backend against its previous revision and geomloss'
-multiscale backend, in one process on one thread, the sides run in turn every round.
+"""The p = 2 Taylor kernel of the multiscale backend against the same backend at an earlier git
+revision (``--old-rev``) and geomloss' multiscale backend, in one process on one thread, the
+sides run in turn every round.
 
 Rows (x = generated points uniform in [-1, 1]^d, y = the release: in 2-D the half-circle plus
 Gaussian noise, in 3-D the unit sphere plus Gaussian noise, σ = 1.59; λ = 2σ² unless given as

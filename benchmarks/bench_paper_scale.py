@@ -27,7 +27,7 @@ import time
 import lightning as L
 import torch
 
-from lightning_dpot.cli import run_lightning
+from lightning_dpot.training import run_lightning
 
 
 class StepTimer(L.Callback):

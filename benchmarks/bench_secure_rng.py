@@ -10,9 +10,9 @@ import time
 
 import torch
 
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
-from lightning_dpot.privacy.mechanisms import make_mechanism
-from lightning_dpot.privacy.secure_rng import OSRandom
+from lightning_dpot.privacy.mechanisms.additive import make_mechanism
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
+from lightning_dpot.rng import OSRandom
 
 
 def _best(fn, repeats: int) -> float:

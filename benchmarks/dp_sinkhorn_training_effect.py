@@ -52,7 +52,7 @@ def train(name: str, loss_fn, splits, args) -> dict:
 
     from lightning_dpot.metrics.evaluators import W2Evaluator
     from lightning_dpot.nn.dcgan import ConditionalDCGANGenerator
-    from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
+    from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
 
     torch.manual_seed(0)
     gen = ConditionalDCGANGenerator(10)

@@ -1,7 +1,7 @@
-"""How much the entropic loss separates digits from the mean digit and from fitted noise (issue 3).
+"""How much the entropic loss separates digits from the mean digit and from fitted noise.
 
 On the shipped MNIST test split (seeded 8,000 / 2,000 split), Gaussian LDP (ε, δ) = (35, 1e-4),
-σ = 10.145 per pixel, it evaluates the entropic 2-WGAN loss of paper 001,
+σ = 10.145 per pixel, it evaluates the entropic 2-WGAN loss of Reshetova et al. 2024,
 
     L(S) = W_{2,λ}(S, Y),   λ = 2σ²,   Y = the whole release (8,000 records),
 

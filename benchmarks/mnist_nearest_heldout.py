@@ -1,4 +1,4 @@
-"""Mean distance from generated MNIST samples to their nearest held-out raw digit (issue 3 demo).
+"""Mean distance from generated MNIST samples to their nearest held-out raw digit.
 
 For generated samples g_1..g_N and the raw held-out digits h_1..h_M (pixels in [−1, 1],
 flattened to R^784) it reports

@@ -1,4 +1,4 @@
-"""Sweep driver for paper 001 Fig. 6 (W2 vs the noise scale σ) and Fig. 7 (W2 vs n).
+"""Sweep driver for Reshetova et al. 2024, Fig. 6 (W2 vs the noise scale σ) and Fig. 7 (W2 vs n).
 
 Each point is one ``dpot fit`` of a config in configs/entropic_wgan with LightningCLI overrides:
 
@@ -38,7 +38,7 @@ LOSSES = ("entropic", "unregularized", "divergence")
 
 def fit(config: Path, overrides: list[str]):
     """One ``dpot fit``; returns the LightningCLI object (trained model and datamodule)."""
-    from lightning_dpot.cli import run_lightning
+    from lightning_dpot.training import run_lightning
 
     return run_lightning(["fit", "--config", str(config), *overrides])
 

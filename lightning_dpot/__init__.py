@@ -1,3 +1,5 @@
 """lightning_dpot: differentially private generative models with optimal-transport losses."""
 
-__version__ = "0.1.0"
+from lightning_dpot._version import __version__
+
+__all__ = ["__version__"]

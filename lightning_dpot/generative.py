@@ -10,8 +10,8 @@ trained model: it costs no privacy. :class:`Generative` fixes how:
   y ~ Unif{0, …, L−1} and x ~ G(· | y); the others raise :class:`NotConditionalError`.
   ``conditional`` says which without trying.
 * ``max_samples`` — ``None`` for a generator network (any n), the number of particles this rank
-  holds for a particle flow (paper 004: the flow moves a fixed set of particles; more samples
-  need a new flow).
+  holds for a particle flow (Sebag et al. 2023: the flow moves a fixed set of particles; more
+  samples need a new flow).
 
 Methods subclass :class:`Generative` after ``LightningModule`` (``class M(L.LightningModule,
 Generative)``) and get the defaults; an outside model that has the members also passes
@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_positive_int
+from lightning_dpot.checks import check_positive_int
 
 __all__ = ["Generative", "NotConditionalError", "draw", "require_generative"]
 

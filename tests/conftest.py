@@ -17,7 +17,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 def shared_data_dir() -> Path:
     """``../shared/data``; tests that need it are skipped with a reason where it is absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"offline data not found at {SHARED_DATA} (see shared/data/README.md)")
+        pytest.skip(f"offline data not found at {SHARED_DATA} (see docs/image_experiments.md)")
     return SHARED_DATA
 
 

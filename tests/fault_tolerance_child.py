@@ -76,7 +76,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     accountant = PrivacyAccountantCallback(target_epsilon=50.0, delta=1e-5, also_report=())
-    flow = DPSWFlowR(num_particles=48, num_directions=12, noise_sigma=10.0, noise_seed=3)
+    flow = DPSWFlowR(num_particles=48, num_directions=12, noise_scale=10.0, noise_seed=3)
     latents = PrivateLatentDataModule(
         GaussianMixture2D(n=300, n_test=50), normalize="ball", batch_size=90, seed=4,
         steps_per_epoch=5,

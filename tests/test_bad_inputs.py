@@ -13,7 +13,7 @@ import torch
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.commands import sample
 from lightning_dpot.commands.checkpoint import load_model
-from lightning_dpot.commands.evaluate import load_sample_file, parse_metrics
+from lightning_dpot.commands.evaluate import load_sample_file
 from lightning_dpot.data import (
     MNIST,
     GaussianMixture2D,
@@ -27,12 +27,13 @@ from lightning_dpot.data.release import Release
 from lightning_dpot.data.tabular import TensorFile
 from lightning_dpot.methods import DPSinkhorn, DPSWFlow, EntropicWGAN
 from lightning_dpot.metrics.fid import InceptionFID
+from lightning_dpot.metrics.selection import MetricSelection
 from lightning_dpot.nn import MLPGenerator
 from lightning_dpot.plugins import AtomicCheckpointIO
-from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.transforms import make_transform
+from lightning_dpot.privacy.accounting.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms.transforms import make_transform
 
 
 def _half_circle() -> HalfCircle:
@@ -153,16 +154,16 @@ CASES = {
         lambda tmp: PrivacyAccountantCallback(0.0, 1e-5),
         ValueError, r"target_epsilon must be a finite number > 0, got 0\.0",
     ),
-    "noise_sigma and target_epsilon": (
-        lambda tmp: DPSWFlow(noise_sigma=1.0, target_epsilon=1.0),
-        ValueError, "give exactly one of noise_sigma",
+    "noise_scale and target_epsilon": (
+        lambda tmp: DPSWFlow(noise_scale=1.0, target_epsilon=1.0),
+        ValueError, "give exactly one of noise_scale",
     ),
     "delta_s = 0": (
-        lambda tmp: DPSWFlow(noise_sigma=1.0, delta_s=0.0),
+        lambda tmp: DPSWFlow(noise_scale=1.0, delta_s=0.0),
         ValueError, r"delta_s must lie in the open interval \(0, 1\), got 0\.0",
     ),
     "unknown w_bound": (
-        lambda tmp: DPSWFlow(noise_sigma=1.0, w_bound="hoeffding"),
+        lambda tmp: DPSWFlow(noise_scale=1.0, w_bound="hoeffding"),
         ValueError, "w_bound must be one of",
     ),
     "p = 3": (
@@ -199,7 +200,7 @@ CASES = {
         ValueError, "num_steps must be an integer >= 1, got 0",
     ),
     "directions_per_step > num_directions": (
-        lambda tmp: DPSWFlow(noise_sigma=1.0, num_directions=5, directions_per_step=6),
+        lambda tmp: DPSWFlow(noise_scale=1.0, num_directions=5, directions_per_step=6),
         ValueError, "directions_per_step must be <= num_directions=5, got 6",
     ),
     "n = 0": (
@@ -297,9 +298,9 @@ CASES = {
         lambda tmp: load_sample_file(tmp / "none.pt"),
         FileNotFoundError, r"--samples='.*none\.pt': no such file",
     ),
-    "unknown dpot evaluate --metrics": (
-        lambda tmp: parse_metrics("fid,bogus"),
-        ValueError, r"--metrics must be a comma list from \('fid', 'utility', 'w2'\)",
+    "unknown metric (dpot evaluate --metrics, a suite's evaluation)": (
+        lambda tmp: MetricSelection.parse("fid,bogus"),
+        ValueError, r"metrics: unknown metric 'bogus'; accepted: frechet, utility, w2, manifold",
     ),
     "corrupt checkpoint": (
         lambda tmp: AtomicCheckpointIO().load_checkpoint(_text_file(tmp)),

@@ -2,12 +2,15 @@
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from lightning_dpot.cli import compose_config, main
+from lightning_dpot.cli import main
+from lightning_dpot.config import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,6 +81,38 @@ def test_a_bad_value_ends_in_one_line_naming_it(capsys, monkeypatch):
         main(args)
     with pytest.raises(SystemExit, match="2"):
         main(["report", "/nonexistent/run"])
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("noise_sigma", "noise_scale"), ("sinkhorn_scaling", "scaling")]
+)
+def test_a_renamed_key_is_refused_with_its_new_name(tmp_path, capsys, old, new):
+    """In a config file, in a fragment a config composes, and on the command line."""
+    fragment = tmp_path / "fragment.yaml"
+    fragment.write_text(yaml.safe_dump({"model": {"init_args": {old: 0.5}}}))
+    composed = tmp_path / "composed.yaml"
+    composed.write_text(yaml.safe_dump({"__base__": "fragment.yaml", "trainer": {}}))
+    for args in (
+        ["fit", "--config", str(fragment)],
+        ["fit", "--config", str(composed)],
+        ["fit", f"--model.init_args.{old}=0.5"],
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert f"model.init_args.{old} was renamed to {new}" in line, line
+    with pytest.raises(ValueError, match=f"renamed to {new}"):
+        compose_config(composed)
+
+
+def test_the_top_level_help_needs_no_lightning():
+    """``dpot --help`` dispatches without importing Lightning or a command's module."""
+    code = (
+        "import sys; from lightning_dpot.cli import main; main(['--help']); "
+        "assert 'lightning' not in sys.modules and 'lightning_dpot.commands' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
 def test_privatize_writes_a_release_a_trainer_can_use(tmp_path, capsys):
@@ -191,7 +226,7 @@ def test_top_level_help_lists_commands(capsys):
 def test_every_ready_made_callback_is_added_with_one_flag(capsys):
     """The top-level callbacks/ folder: each file is added to any run with
     --trainer.callbacks+=FILE, and a value can be overridden right after it."""
-    from lightning_dpot.cli import run_lightning
+    from lightning_dpot.training import run_lightning
 
     files = sorted((REPO / "callbacks").glob("*.yaml"))
     assert {f.stem for f in files} == {

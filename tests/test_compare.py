@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_dpot.cli import main, run_lightning
+from lightning_dpot.cli import main
 from lightning_dpot.compare import load_suite
 from lightning_dpot.compare.results import CELLS_NOTE, NOTION_NOTE, aggregate, markdown_table
 from lightning_dpot.compare.runner import cell_fingerprint, cell_privacy, run_cell, run_prepare
 from lightning_dpot.generative import Generative
 from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.training import run_lightning
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "configs" / "compare" / "two_d"

@@ -1,4 +1,5 @@
-"""Every paper-001 manifold config parses and trains a few steps through the CLI (tiny data)."""
+"""Every manifold config (Reshetova et al. 2024, Figs. 1–2) parses and trains a few steps through
+the CLI (tiny data)."""
 
 from pathlib import Path
 

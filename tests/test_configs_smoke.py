@@ -1,7 +1,7 @@
-"""Every image config in configs/entropic_wgan (paper 001 Figs. 3, 6, 7, 11–14) parses and trains
-two steps through the `dpot` CLI on tiny data (a few records, small batches, a narrow generator),
-and the privacy report holds the ε/σ its header comment states. The manifold configs
-(``fig1_*``/``fig2_*``) are covered by tests/test_configs_manifolds.py."""
+"""Every image config in configs/entropic_wgan (Reshetova et al. 2024, Figs. 3, 6, 7, 11–14)
+parses and trains two steps through the `dpot` CLI on tiny data (a few records, small batches, a
+narrow generator), and the privacy report holds the ε/σ its header comment states. The manifold
+configs (``fig1_*``/``fig2_*``) are covered by tests/test_configs_manifolds.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_dpot.cli import compose_config, main
+from lightning_dpot.cli import main
+from lightning_dpot.config import compose_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "entropic_wgan"
 CONFIGS = sorted(c for c in CONFIG_DIR.glob("*.yaml") if not c.name.startswith(("fig1_", "fig2_")))
@@ -82,7 +83,7 @@ def test_config_trains_two_steps_on_tiny_data(config: Path, tmp_path, request):
             assert report["privacy"][key] == pytest.approx(value, rel=1e-3)
 
 
-def test_every_paper_figure_of_issue_3_has_a_config():
+def test_every_image_figure_has_a_config():
     names = {c.stem for c in CONFIGS}
     for prefix in EXPECTED_PRIVACY:
         assert any(n.startswith(prefix) for n in names), prefix

@@ -112,7 +112,7 @@ def test_noisy_wgan_ranks_share_one_release_and_sync_the_loss(tmp_path):
 
 
 def test_dpswflow_releases_once_on_rank_zero_and_broadcasts(tmp_path):
-    model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_sigma=1.0)
+    model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_scale=1.0)
     ranks = _fit(tmp_path, 2, model, _latents(), steps=3)
     assert torch.equal(ranks[0]["release_sorted"], ranks[1]["release_sorted"])
     assert torch.equal(ranks[0]["theta"], ranks[1]["theta"])
@@ -130,9 +130,9 @@ def test_per_step_release_draws_one_subset_and_accounts_as_one_process(tmp_path,
 
     def make():
         if cls == "DPSWFlowR":
-            return DPSWFlowR(num_particles=32, num_directions=10, noise_sigma=10.0)
+            return DPSWFlowR(num_particles=32, num_directions=10, noise_scale=10.0)
         generator = MLPGenerator(2, (2,), (16,))
-        return DPSWGen(generator, num_directions=10, noise_sigma=10.0, generated_batch_size=32)
+        return DPSWGen(generator, num_directions=10, noise_scale=10.0, generated_batch_size=32)
 
     two = _fit(tmp_path / "two", 2, make(), _latents(batch_size=60), steps=3, accountant=True)
     one = _fit(tmp_path / "one", 1, make(), _latents(batch_size=60), steps=3, accountant=True)

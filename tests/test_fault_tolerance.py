@@ -24,7 +24,7 @@ import torch
 
 from lightning_dpot.data.release import Release, tensor_sha256
 from lightning_dpot.plugins import AtomicCheckpointIO
-from lightning_dpot.privacy.journal import ReleaseJournal
+from lightning_dpot.privacy.accounting.journal import ReleaseJournal
 
 CHILD = Path(__file__).with_name("fault_tolerance_child.py")
 STEPS = 12

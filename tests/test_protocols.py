@@ -68,7 +68,7 @@ def _dp_sinkhorn(conditional: bool):
     [
         lambda: methods.EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=[2], hidden=[8])),
         lambda: methods.DPSWGen(
-            MLPGenerator(latent_dim=3, output_shape=[2], hidden=[8]), noise_sigma=1.0
+            MLPGenerator(latent_dim=3, output_shape=[2], hidden=[8]), noise_scale=1.0
         ),
         lambda: _dp_sinkhorn(conditional=True),
     ],
@@ -103,7 +103,7 @@ def test_labelled_sampling_only_for_conditional_methods():
 
 
 def test_a_particle_flow_returns_at_most_its_particles(tmp_path):
-    model = methods.DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
+    model = methods.DPSWFlowR(num_particles=16, num_directions=8, noise_scale=1.0)
     with pytest.raises(ValueError, match="holds no particles"):
         draw(model, 4)
     data = PrivateLatentDataModule(

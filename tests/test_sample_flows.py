@@ -1,7 +1,7 @@
-"""`dpot sample` / `dpot evaluate` on the DP sliced-Wasserstein modules (paper 004): fit tiny runs
-through the CLI, then sample and evaluate their checkpoints. The particles and the cached release
-come back from the checkpoint (no mechanism call), and latent flows decode through the stage-1
-decoder attached from the run's datamodule (``attach_datamodule``)."""
+"""`dpot sample` / `dpot evaluate` on the DP sliced-Wasserstein modules (Sebag et al. 2023): fit
+tiny runs through the CLI, then sample and evaluate their checkpoints. The particles and the
+cached release come back from the checkpoint (no mechanism call), and latent flows decode through
+the stage-1 decoder attached from the run's datamodule (``attach_datamodule``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import pytest
 import torch
 import yaml
 
-import lightning_dpot.privacy.sliced_release as sliced_release
-from lightning_dpot.cli import compose_config, main
+import lightning_dpot.methods.dpsw.sliced_release as sliced_release
+from lightning_dpot.cli import main
 from lightning_dpot.commands.checkpoint import load_model, materialize_placeholder_buffers
+from lightning_dpot.config import compose_config
 from lightning_dpot.data import PrivateLatentDataModule
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "dpswflow"
@@ -105,7 +106,7 @@ def test_toy_flow_checkpoint_samples_and_evaluates_without_a_new_release(
     model, _ = load_model(ckpt)
     assert len(release_spy) == fitted_calls, "sampling / evaluating called the mechanism"
     assert model.mechanism_calls == state["dpsw_release"]["events"]["total"] == fitted_calls
-    assert model.noise_sigma == state["dpsw_release"]["calibration"][0]
+    assert model.noise_scale == state["dpsw_release"]["calibration"][0]
     if cls == "DPSWFlow":  # the one cached release comes back from the checkpoint as saved
         assert bool(model.released)
         for name in ("theta", "release_sorted"):
@@ -129,7 +130,7 @@ def _shrink_mnist(config: dict[str, Any], mnist_dir: Path, ae_dir: Path) -> dict
         data["sample_rate"], data["steps_per_epoch"] = 0.25, 2
     model = config["model"]["init_args"]
     if model.pop("target_epsilon", None) is not None:
-        model["noise_sigma"] = 1.0  # calibrating σ to a budget is not what is tested here
+        model["noise_scale"] = 1.0  # calibrating σ to a budget is not what is tested here
     if "num_particles" in model:
         model["num_particles"] = 20
     if "generated_batch_size" in model:

@@ -1,4 +1,4 @@
-r"""Evaluation callbacks (SPEC §9): when to evaluate; what to compute is the evaluators'.
+r"""Evaluation callbacks: when to evaluate; what to compute is the evaluators'.
 
 Each callback evaluates the module being trained every ``every_n_epochs`` training epochs
 (``None``: only at the end) and once more at the end of training (``on_train_end``, while the
@@ -7,7 +7,9 @@ cheap) and contributes a section to ``report.json`` through ``report_key`` /
 ``report_section`` (see :class:`~lightning_dpot.callbacks.run_report.RunReport`).
 
 The metrics are the evaluators of :mod:`lightning_dpot.metrics.evaluators` (formulas and
-references there), the same objects ``dpot evaluate`` and ``dpot compare`` use. Samples come
+references there), built with their options checked by
+:class:`~lightning_dpot.metrics.selection.MetricSelection`, as ``dpot evaluate`` and
+``dpot compare`` build them. Samples come
 from the :class:`~lightning_dpot.generative.Generative` protocol (post-processing: no privacy
 cost); the reference is the datamodule's raw held-out split
 (:func:`~lightning_dpot.data.protocols.held_out_split`). Under DDP the Fréchet distance is
@@ -26,18 +28,14 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
+from lightning_dpot.checks import check_positive_int
 from lightning_dpot.data.protocols import held_out_split
 from lightning_dpot.generative import draw
-from lightning_dpot.metrics.evaluators import (
-    FeatureExtractor,
-    FrechetEvaluator,
-    UtilityEvaluator,
-    W2Evaluator,
-    rank_share,
-)
+from lightning_dpot.metrics.evaluators import FeatureExtractor, rank_share
+from lightning_dpot.metrics.selection import MetricSelection
 from lightning_dpot.metrics.utility import CLASSIFIERS, FULL, QUICK, UnlabelledSamplesError
-from lightning_dpot.privacy.validation import check_positive_int
 
 __all__ = ["FIDEvaluation", "UtilityEvaluation", "W2Evaluation"]
 
@@ -103,10 +101,12 @@ class _EvaluationCallback(Callback):
             trainer, pl_module, self.log_values(result), not final, prog_bar=self.prog_bar
         )
 
+    @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.every_n_epochs and (trainer.current_epoch + 1) % self.every_n_epochs == 0:
             self._run(trainer, pl_module, final=False)
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run(trainer, pl_module, final=True)
 
@@ -128,7 +128,7 @@ class _EvaluationCallback(Callback):
 
 class FIDEvaluation(_EvaluationCallback):
     r"""FID (Inception) or the classifier-feature Fréchet distance of generated vs held-out
-    images (:class:`~lightning_dpot.metrics.evaluators.FrechetEvaluator`; paper 002 §D.1:
+    images (:class:`~lightning_dpot.metrics.evaluators.FrechetEvaluator`; Cao et al. 2021, §D.1:
     60,000 generated vs the test split). The real side is accumulated once and kept.
 
     Args:
@@ -160,23 +160,26 @@ class FIDEvaluation(_EvaluationCallback):
     ) -> None:
         super().__init__(every_n_epochs)
         self.num_samples = check_positive_int("num_samples", num_samples)
-        self.evaluator = FrechetEvaluator(
-            feature_extractor,
-            feature_extractor_weights_path,
-            classifier_path,
-            classifier_epochs,
-            batch_size,
-            data_range,
-        )
+        options = {
+            "feature_extractor": feature_extractor,
+            "weights_path": feature_extractor_weights_path,
+            "classifier_path": classifier_path,
+            "classifier_epochs": classifier_epochs,
+            "batch_size": batch_size,
+            "data_range": data_range,
+        }
+        self.evaluator = MetricSelection.parse({"frechet": options}).frechet_evaluator()
 
     @property
     def log_key(self) -> str:
         return self.evaluator.key
 
     @property
+    @override
     def report_key(self) -> str:  # type: ignore[override]
         return self.log_key
 
+    @override
     def describe(self) -> dict:
         return {**self.evaluator.describe(), "num_generated": self.num_samples}
 
@@ -199,6 +202,7 @@ class FIDEvaluation(_EvaluationCallback):
         fake = draw(pl_module, share)[0] if share > 0 else reference[:0].float()
         return self.evaluator.score(fake)[self.log_key]
 
+    @override
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool) -> dict:
         value = self.compute_value(
             pl_module,
@@ -209,6 +213,7 @@ class FIDEvaluation(_EvaluationCallback):
         )
         return {self.log_key: value}
 
+    @override
     def log_values(self, result: dict) -> dict[str, float]:
         return {self.log_key: result[self.log_key]}
 
@@ -220,7 +225,7 @@ class FIDEvaluation(_EvaluationCallback):
 
 class UtilityEvaluation(_EvaluationCallback):
     """Accuracy on the raw held-out split of classifiers trained on labelled synthetic samples
-    (:class:`~lightning_dpot.metrics.evaluators.UtilityEvaluator`, paper 002 §D.2).
+    (:class:`~lightning_dpot.metrics.evaluators.UtilityEvaluator`, Cao et al. 2021, §D.2).
 
     During training the :data:`~lightning_dpot.metrics.utility.QUICK` settings are used; at the
     end ``final_mode`` (default ``"full"``: the paper's protocol, 60,000 samples, patience 30).
@@ -249,7 +254,8 @@ class UtilityEvaluation(_EvaluationCallback):
         self.num_samples = check_positive_int("num_samples", num_samples)
         if final_mode not in ("full", "quick"):
             raise ValueError(f"final_mode must be 'full' or 'quick', got {final_mode!r}")
-        self.evaluator = UtilityEvaluator(classifiers, seed)
+        selection = MetricSelection.parse({"utility": {"classifiers": classifiers}})
+        self.evaluator = selection.utility_evaluator(seed)
         self.final_mode = final_mode
         self.skipped: str | None = None
 
@@ -257,6 +263,7 @@ class UtilityEvaluation(_EvaluationCallback):
     def classifiers(self) -> tuple[str, ...]:
         return self.evaluator.classifiers
 
+    @override
     def describe(self) -> dict:
         return {
             **self.evaluator.describe(),
@@ -264,6 +271,7 @@ class UtilityEvaluation(_EvaluationCallback):
             "skipped": self.skipped,
         }
 
+    @override
     def final_differs(self) -> bool:
         return self.final_mode == "full"
 
@@ -290,6 +298,7 @@ class UtilityEvaluation(_EvaluationCallback):
         warnings.warn(f"UtilityEvaluation skipped: {self.skipped}", stacklevel=2)
         return None
 
+    @override
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool) -> dict:
         result = None
         if trainer.is_global_zero:
@@ -300,6 +309,7 @@ class UtilityEvaluation(_EvaluationCallback):
             return {}
         return result
 
+    @override
     def log_values(self, result: dict) -> dict[str, float]:
         return {f"utility/{name}": result[name] for name in self.classifiers if name in result}
 
@@ -311,8 +321,8 @@ class UtilityEvaluation(_EvaluationCallback):
 
 class W2Evaluation(_EvaluationCallback):
     r"""Exact W₂ between generated and raw held-out samples on subsamples
-    (:class:`~lightning_dpot.metrics.evaluators.W2Evaluator`, paper 001 §IV-C). Runs on rank 0
-    (result broadcast). Log keys ``w2`` and ``w2_stderr``.
+    (:class:`~lightning_dpot.metrics.evaluators.W2Evaluator`, Reshetova et al. 2024, §IV-C).
+    Runs on rank 0 (result broadcast). Log keys ``w2`` and ``w2_stderr``.
 
     Args:
         num_samples: generated samples to subsample from (≥ ``subsample``).
@@ -334,7 +344,8 @@ class W2Evaluation(_EvaluationCallback):
     ) -> None:
         super().__init__(every_n_epochs)
         self.num_samples = check_positive_int("num_samples", num_samples)
-        self.evaluator = W2Evaluator(subsample, repeats, seed)
+        selection = MetricSelection.parse({"w2": {"subsample": subsample, "repeats": repeats}})
+        self.evaluator = selection.w2_evaluator(seed)
         if self.evaluator.subsample > self.num_samples:
             raise ValueError(
                 f"subsample must lie in [1, num_samples] = [1, {self.num_samples}], got {subsample}"
@@ -348,6 +359,7 @@ class W2Evaluation(_EvaluationCallback):
     def subsample(self) -> int:
         return self.evaluator.subsample
 
+    @override
     def describe(self) -> dict:
         return {**self.evaluator.describe(), "num_generated": self.num_samples}
 
@@ -356,11 +368,13 @@ class W2Evaluation(_EvaluationCallback):
         fake, _ = draw(pl_module, self.num_samples)
         return self.evaluator.score(fake, reference)
 
+    @override
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool) -> dict:
         result = None
         if trainer.is_global_zero:
             result = self.compute_value(pl_module, trainer.datamodule)
         return trainer.strategy.broadcast(result, src=0)
 
+    @override
     def log_values(self, result: dict) -> dict[str, float]:
         return {"w2": result["w2"], "w2_stderr": result["w2_stderr"]}

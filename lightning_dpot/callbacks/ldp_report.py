@@ -1,13 +1,15 @@
 """The local-DP privacy report: logged once at the start of fitting, written to report.json.
 
 For locally privatized data the guarantee is fixed when the release is made; training is
-post-processing and spends nothing (paper 001, Remark 1), so there is nothing to accumulate.
+post-processing and spends nothing (Reshetova et al. 2024, Remark 1), so there is nothing to
+accumulate.
 """
 
 from __future__ import annotations
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from lightning_dpot.callbacks.scope import outside_the_guarantee
 from lightning_dpot.data.protocols import LocalDPRelease, satisfies
@@ -18,6 +20,7 @@ class LDPPrivacyReport(Callback):
 
     report_key = "privacy"
 
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         report = self._report(trainer)
         if report is None:

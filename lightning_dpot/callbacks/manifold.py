@@ -1,6 +1,6 @@
 """Evaluation of 2-D runs: distance of generated samples to the true support, how evenly they
-cover a curve support, and a scatter plot of raw / privatized / generated points (paper 001
-Fig. 1–2)."""
+cover a curve support, and a scatter plot of raw / privatized / generated points
+(Reshetova et al. 2024, Fig. 1–2)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from lightning_dpot.generative import draw
 from lightning_dpot.grids import ImageLogger
@@ -39,12 +40,14 @@ class ManifoldEvaluation(Callback):
         samples, _ = draw(pl_module, self.num_samples)
         return evaluator.score(samples), samples
 
+    @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
             metrics, _ = self._measure(trainer, pl_module)
             for name, value in metrics.items():
                 pl_module.log(name, value, prog_bar=True)
 
+    @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         metrics, samples = self._measure(trainer, pl_module)
         error = metrics["manifold_error"]

@@ -26,7 +26,7 @@ What the callback does
 * with ``target_epsilon``: stops training **before** the first optimizer step that would exceed
   it at ``delta``. The look-ahead uses the module's :meth:`~lightning_dpot.privacy.contract.
   ReleasesPrivateData.next_step_events` times ``accumulate_grad_batches`` and the remaining
-  budget computed once per (σ, q) by :meth:`~lightning_dpot.privacy.accountants.
+  budget computed once per (σ, q) by :meth:`~lightning_dpot.privacy.accounting.accountants.
   PrivacyAccountant.max_additional_steps`. ``on_train_batch_start`` re-checks as a safety net
   and raises :class:`PrivacyBudgetExceededError` before a step that would overshoot (only
   possible when ``min_steps``/``min_epochs`` keep Lightning from stopping). Without a target it
@@ -51,7 +51,7 @@ What the callback does
 * writes ``privacy_report.json`` (rank 0) to ``trainer.log_dir`` at the end of training and
   contributes the same dict to ``report.json`` under ``privacy``: the only writer of both. Its
   content (adjacency, the public dataset size N, ε under each accountant, the module's facts) is
-  formatted by :mod:`lightning_dpot.privacy.report`.
+  formatted by :mod:`lightning_dpot.privacy.accounting.report`.
 """
 
 from __future__ import annotations
@@ -68,12 +68,17 @@ from typing import Any, Literal
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
 
 from lightning_dpot.callbacks.scope import outside_the_guarantee
+from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
 from lightning_dpot.data.ledger import CentralRunLedger
-from lightning_dpot.privacy.accountants import PrivacyAccountant, make_accountant
-from lightning_dpot.privacy.analysis.epsilon import ACCOUNTANTS
+from lightning_dpot.privacy.accounting.accountants import PrivacyAccountant, make_accountant
+from lightning_dpot.privacy.accounting.analysis.epsilon import ACCOUNTANTS
+from lightning_dpot.privacy.accounting.journal import ReleaseJournal
+from lightning_dpot.privacy.accounting.report import privacy_report, write_privacy_report
 from lightning_dpot.privacy.contract import (
+    PrivacyUpdate,
     ReleasesPrivateData,
     check_fixed_accumulation,
     look_ahead_step,
@@ -81,10 +86,7 @@ from lightning_dpot.privacy.contract import (
     require_private,
 )
 from lightning_dpot.privacy.events import GaussianRelease, PrivacyEvent, SubsampledGaussianStep
-from lightning_dpot.privacy.gaussian import gaussian_epsilon
-from lightning_dpot.privacy.journal import ReleaseJournal
-from lightning_dpot.privacy.report import privacy_report, write_privacy_report
-from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive_int
+from lightning_dpot.privacy.mechanisms.gaussian import gaussian_epsilon
 
 
 class PrivacyBudgetExceededError(RuntimeError):
@@ -111,6 +113,28 @@ class PrivacyAccountantCallback(Callback):
             (compose them as the release objects' configured events; module docstring).
 
     The module contract and the behaviour are in the module docstring.
+
+    Raises:
+        ValueError: naming the parameter: ``target_epsilon`` not > 0, ``target_epsilon``
+            without ``delta``, ``delta`` outside (0, 1), an unknown ``accountant`` or
+            ``also_report`` entry, ``log_every_n_steps`` < 1, or an unknown
+            ``earlier_releases``. At fit start: a module that adds no noise, a ``delta`` that
+            differs from its release objects' (or is given by neither), and the refusals of the
+            module docstring (an unaccountable resume, a target the planned releases exceed).
+        TypeError: at fit start, a module that does not subclass
+            :class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`.
+        PrivacyBudgetExceededError: before a step past the target that Lightning could not
+            stop (``min_steps``/``min_epochs``).
+
+    Example::
+
+        import lightning as L
+        from lightning_dpot.callbacks import PrivacyAccountantCallback
+
+        accountant = PrivacyAccountantCallback(target_epsilon=8.0, delta=1e-5)
+        trainer = L.Trainer(max_epochs=10, callbacks=[accountant])
+        # trainer.fit(model, datamodule=dm), model a ReleasesPrivateData (e.g. DPSinkhorn)
+        accountant.epsilon()  # ε spent so far at delta: 0.0 before training
     """
 
     report_key = "privacy"
@@ -129,11 +153,11 @@ class PrivacyAccountantCallback(Callback):
     ) -> None:
         super().__init__()
         self.target_epsilon = (
-            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
         )
         if self.target_epsilon is not None and delta is None:
             raise ValueError("delta is required with target_epsilon (a budget is an (ε, δ) pair)")
-        self.delta = None if delta is None else check_delta(delta)
+        self.delta = None if delta is None else check_delta("delta", delta)
         self.accountant: PrivacyAccountant = make_accountant(accountant)
         also_report = [also_report] if isinstance(also_report, str) else list(also_report)
         for name in also_report:
@@ -205,17 +229,16 @@ class PrivacyAccountantCallback(Callback):
             self._swor_sizes = sizes
             self.accountant.step(event.noise_multiplier, event.sample_rate, 1)
 
-    def _drain(self, pl_module: ReleasesPrivateData) -> int:
-        events = pl_module.privacy_events()
-        self.compose(events)
-        expected = pl_module.releases_emitted()
-        if self.releases != expected:
+    def _apply(self, update: PrivacyUpdate) -> PrivacyUpdate:
+        """Compose the update's events and check the count against the release objects'."""
+        self.compose(update.events)
+        if self.releases != update.releases_emitted:
             raise RuntimeError(
                 f"the accountant composed {self.releases} privacy events but the release objects "
-                f"of {type(pl_module).__name__} made {expected} releases: the reported epsilon "
-                "would not be what the code did"
+                f"of {update.module} made {update.releases_emitted} releases: the reported "
+                "epsilon would not be what the code did"
             )
-        return len(events)
+        return update
 
     # -- ε and the budget ---------------------------------------------------------------------
 
@@ -284,6 +307,7 @@ class PrivacyAccountantCallback(Callback):
                 )
             self.target_epsilon = own
 
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
         # trainer.log_dir broadcasts under DDP: every rank calls it here, once.
@@ -354,7 +378,7 @@ class PrivacyAccountantCallback(Callback):
                     "length, so the privacy ledger cannot be told the most it may spend: set "
                     "a target_epsilon, or trainer.max_steps / max_epochs"
                 ) from error
-            step = look_ahead_step(module)
+            step = look_ahead_step(module.next_step_events(), type(module).__name__)
             assert step is not None
             trial.accountant.sampling = step.sampling
             trial.accountant.step(step.noise_multiplier, step.sample_rate, per_batch * batches)
@@ -509,6 +533,7 @@ class PrivacyAccountantCallback(Callback):
             "(earlier_releases='as_configured')"
         )
 
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
         self.stopped_by_budget = False
@@ -516,7 +541,7 @@ class PrivacyAccountantCallback(Callback):
             self._account_earlier(trainer, module)
         # Again: some strategies restore callback state only after on_fit_start.
         module.check_restored_plan(self._restored_plan)
-        self._drain(module)
+        update = self._apply(module.privacy_update())
         if self._restored_target is not None and self._restored_target != self.target_epsilon:
             warnings.warn(
                 f"PrivacyAccountantCallback: target_epsilon changed on resume from "
@@ -535,7 +560,7 @@ class PrivacyAccountantCallback(Callback):
                 f"{spent:.6g}. Training can only spend more; raise target_epsilon or start a new "
                 "run on new data"
             )
-        step = look_ahead_step(module)
+        step = look_ahead_step(update.next_events, update.module)
         if step is None:
             return
         remaining = self.remaining_steps(step)
@@ -561,12 +586,14 @@ class PrivacyAccountantCallback(Callback):
             f"{self.releases} spent so far)"
         )
 
+    @override
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self.target_epsilon is None:
             return
-        step = look_ahead_step(require_private(pl_module))
+        update = self._apply(require_private(pl_module).privacy_update())
+        step = look_ahead_step(update.next_events, update.module)
         if step is None or self.remaining_steps(step) >= 1:
             return
         trainer.should_stop = True
@@ -577,6 +604,7 @@ class PrivacyAccountantCallback(Callback):
             "stop before it (min_steps/min_epochs), so training is aborted before it runs"
         )
 
+    @override
     def on_train_batch_end(
         self,
         trainer: L.Trainer,
@@ -585,10 +613,9 @@ class PrivacyAccountantCallback(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        module = require_private(pl_module)
-        drained = self._drain(module)
+        update = self._apply(require_private(pl_module).privacy_update())
         if self.target_epsilon is not None:
-            step = look_ahead_step(module)
+            step = look_ahead_step(update.next_events, update.module)
             if step is not None and self.remaining_steps(step) < self._events_per_step:
                 self.stopped_by_budget = True
                 trainer.should_stop = True
@@ -598,7 +625,7 @@ class PrivacyAccountantCallback(Callback):
                     f"target_epsilon={self.target_epsilon} at delta={self.delta} "
                     f"({self.accountant.name})"
                 )
-        if drained and self._should_log(trainer):
+        if update.events and self._should_log(trainer):
             for name, value in (("epsilon", self.epsilon()), ("delta", self._delta())):
                 pl_module.log(
                     name, value, prog_bar=True, on_step=True, on_epoch=False, batch_size=1
@@ -617,9 +644,10 @@ class PrivacyAccountantCallback(Callback):
             every = 1 if self.accountant.name == "rdp" else max(1, trainer.log_every_n_steps)
         return self.stopped_by_budget or self.releases % every == 0
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
-        self._drain(module)
+        self._apply(module.privacy_update())
         self._facts = module.privacy_facts()
         try:
             self._settle_ledger_entry(trainer)
@@ -628,6 +656,7 @@ class PrivacyAccountantCallback(Callback):
                 write_privacy_report(self._report_path(trainer), self.report())
             self._release_journal()
 
+    @override
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
@@ -641,6 +670,7 @@ class PrivacyAccountantCallback(Callback):
         finally:
             self._release_journal()
 
+    @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._release_journal()
 
@@ -663,7 +693,7 @@ class PrivacyAccountantCallback(Callback):
         if self._ended_by is None:
             self._ended_by = type(exception).__name__ if exception is not None else "exception"
         try:
-            self.compose(pl_module.privacy_events())
+            self.compose(pl_module.privacy_update().events)
             self._facts = pl_module.privacy_facts()
         except Exception:
             return False
@@ -683,6 +713,7 @@ class PrivacyAccountantCallback(Callback):
 
     # -- checkpoint state -----------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {
             "version": self._STATE_VERSION,
@@ -699,6 +730,7 @@ class PrivacyAccountantCallback(Callback):
             "ledger_entry": None if self._ledger_entry is None else list(self._ledger_entry),
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.accountant.load_state_dict(state_dict["accountant"])
         self.one_shot = [
@@ -721,7 +753,7 @@ class PrivacyAccountantCallback(Callback):
 
     def report(self) -> dict[str, Any]:
         """The privacy section of ``report.json`` and ``privacy_report.json`` (plain JSON):
-        :func:`~lightning_dpot.privacy.report.privacy_report` of what was composed."""
+        :func:`~lightning_dpot.privacy.accounting.report.privacy_report` of what was composed."""
         return privacy_report(
             self.accountant,
             self.one_shot,

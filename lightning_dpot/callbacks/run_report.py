@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
@@ -64,13 +65,16 @@ class RunReport(Callback):
         super().__init__()
         self._log_dir: Path | None = None
 
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # trainer.log_dir broadcasts under DDP: read once here, where every rank calls it.
         self._log_dir = Path(trainer.log_dir or trainer.default_root_dir)
 
+    @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._write(trainer, pl_module, None)
 
+    @override
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:

@@ -1,4 +1,4 @@
-"""Sample grids with fixed randomness, saved as PNG and sent to the logger (SPEC §9).
+"""Sample grids with fixed randomness, saved as PNG and sent to the logger.
 
 Every grid is ``sample(K, generator=torch.Generator().manual_seed(seed))`` of the
 :class:`~lightning_dpot.generative.Generative` protocol: the same seed at every epoch, so a
@@ -16,10 +16,11 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
+from typing_extensions import override
 
+from lightning_dpot.checks import check_positive_int
 from lightning_dpot.generative import draw
 from lightning_dpot.grids import ImageLogger, images_to_grid
-from lightning_dpot.privacy.validation import check_positive_int
 
 
 class SampleGrid(Callback):
@@ -89,11 +90,13 @@ class SampleGrid(Callback):
         self._last_saved_step = trainer.global_step
         return path
 
+    @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         epoch = trainer.current_epoch
         if (epoch + 1) % self.every_n_epochs == 0:
             self.save_grid(trainer, pl_module, f"epoch{epoch}")
 
+    @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._last_saved_step != trainer.global_step:
             self.save_grid(trainer, pl_module, f"epoch{trainer.current_epoch}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 def _print_json(result: dict) -> None:
@@ -16,8 +16,8 @@ def _print_json(result: dict) -> None:
 
 
 def _calibrate(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
-    from lightning_dpot.privacy.validation import check_epsilon, check_positive
+    from lightning_dpot.checks import check_epsilon, check_positive
+    from lightning_dpot.privacy.mechanisms.gaussian import gaussian_epsilon, gaussian_sigma
 
     if args.mechanism == "laplace":
         if args.delta is not None:
@@ -31,7 +31,7 @@ def _calibrate(args: argparse.Namespace) -> dict:
                 "epsilon": sensitivity / scale,
                 "sensitivity_l1": sensitivity,
             }
-        epsilon = check_epsilon(_required(args.epsilon, "--epsilon or --scale"))
+        epsilon = check_epsilon("epsilon", _required(args.epsilon, "--epsilon or --scale"))
         return {
             "mechanism": "laplace",
             "scale": sensitivity / epsilon,
@@ -83,7 +83,7 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def _shuffle(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.shuffling import (
+    from lightning_dpot.privacy.accounting.shuffling import (
         closed_form_max_epsilon0,
         shuffle_epsilon_closed_form,
         shuffle_epsilon_numerical,
@@ -124,7 +124,7 @@ def _add_shuffle(sub: argparse._SubParsersAction) -> None:
 
 
 def _wdp(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.wdp import wdp_gaussian, wdp_laplace
+    from lightning_dpot.privacy.accounting.wdp import wdp_gaussian, wdp_laplace
 
     compute = wdp_gaussian if args.mechanism == "gaussian" else wdp_laplace
     return compute(args.scale, args.sensitivity, args.order).to_dict()
@@ -133,7 +133,7 @@ def _wdp(args: argparse.Namespace) -> dict:
 def _add_wdp(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "wdp",
-        help="Wasserstein DP (paper 003, Prop. 7/8) of one Gaussian or Laplace release: "
+        help="Wasserstein DP (Yang et al. 2024, Prop. 7/8) of one Gaussian or Laplace release: "
         "WDP (μ, ε), a Wasserstein distance, not an (ε, δ)-DP guarantee",
     )
     p.add_argument("--mechanism", choices=["gaussian", "laplace"], required=True)
@@ -144,7 +144,7 @@ def _add_wdp(sub: argparse._SubParsersAction) -> None:
 
 
 def _wdp_sgm(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.wdp import wasserstein_accountant
+    from lightning_dpot.privacy.accounting.wdp import wasserstein_accountant
 
     return wasserstein_accountant(
         noise_multiplier=args.noise_multiplier,
@@ -160,23 +160,23 @@ def _wdp_sgm(args: argparse.Namespace) -> dict:
 def _add_wdp_sgm(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "wdp-sgm",
-        help="generalized WDP (μ, ε) of T Poisson-subsampled Gaussian steps (paper 003 "
-        "Wasserstein accountant, worst-case Δ); δ is WDP's failure probability, not DP's δ",
+        help="generalized WDP (μ, ε) of T Poisson-subsampled Gaussian steps (the Wasserstein "
+        "accountant of Yang et al. 2024, worst-case Δ); δ is WDP's failure probability, not DP's δ",
     )
     p.add_argument("--noise-multiplier", type=float, required=True, help="σ / Δ")
     p.add_argument("--sample-rate", type=float, required=True, help="Poisson rate q in (0, 1]")
     p.add_argument("--steps", type=int, required=True, help="number of steps T")
     p.add_argument("--sensitivity", type=float, required=True, help="ℓ2 sensitivity Δ (clip norm)")
     p.add_argument("--order", type=float, required=True, help="Wasserstein order μ >= 1")
-    p.add_argument("--beta", type=float, required=True, help="β > 0 of paper 003 Theorem 1")
+    p.add_argument("--beta", type=float, required=True, help="β > 0 of Yang et al. 2024, Theorem 1")
     p.add_argument("--delta", type=float, required=True, help="WDP failure probability in (0, 1)")
     p.set_defaults(func=_wdp_sgm)
 
 
 def _sgm(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
-    from lightning_dpot.privacy.analysis.schemes import POISSON, SAMPLINGS
-    from lightning_dpot.privacy.calibration import max_steps, min_noise_multiplier
+    from lightning_dpot.privacy.accounting.analysis.epsilon import subsampled_gaussian_epsilon
+    from lightning_dpot.privacy.accounting.analysis.schemes import POISSON, SAMPLINGS
+    from lightning_dpot.privacy.accounting.calibration import max_steps, min_noise_multiplier
 
     mechanism, adjacency = SAMPLINGS[POISSON]
     result: dict = {
@@ -257,3 +257,10 @@ def run(args: argparse.Namespace) -> None:
     except ValueError as err:
         raise SystemExit(f"dpot account {args.account_command}: error: {err}") from err
     _print_json(result)
+
+
+def main(argv: Sequence[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="dpot account", description="Privacy calculators. Each prints one JSON object."
+    )
+    run(build_parser(parser).parse_args(argv))

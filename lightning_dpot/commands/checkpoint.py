@@ -56,9 +56,9 @@ def find_run_config(ckpt: str | Path) -> Path:
 
 
 def _read_yaml(path: str | Path) -> Any:
-    """A config file with its ``__base__`` fragments merged (:func:`~lightning_dpot.cli.
+    """A config file with its ``__base__`` fragments merged (:func:`~lightning_dpot.config.
     compose_config`), as ``dpot fit`` reads it."""
-    from lightning_dpot.cli import compose_config
+    from lightning_dpot.config import compose_config
 
     return compose_config(path)
 

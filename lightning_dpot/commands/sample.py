@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
+from lightning_dpot.checks import check_positive_int
 from lightning_dpot.commands.checkpoint import find_run_config, instantiate, load_model
 from lightning_dpot.generative import require_generative
-from lightning_dpot.privacy.validation import check_positive_int
 
 __all__ = ["build_parser", "find_run_config", "instantiate", "load_model", "main", "run"]
 

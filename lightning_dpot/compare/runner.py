@@ -33,18 +33,11 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
-from lightning_dpot.compare.suite import Cell, Suite
-from lightning_dpot.data.manifolds import CurveSource
+from lightning_dpot.compare.suite import Cell, Suite, suite_metrics
 from lightning_dpot.data.protocols import held_out_split
 from lightning_dpot.generative import draw
-from lightning_dpot.metrics.evaluators import (
-    FrechetEvaluator,
-    ManifoldEvaluator,
-    UtilityEvaluator,
-    W2Evaluator,
-)
-from lightning_dpot.metrics.utility import FULL, QUICK
 
 __all__ = ["cell_fingerprint", "cell_privacy", "evaluate_model", "run_cell", "run_prepare"]
 
@@ -117,6 +110,7 @@ class _SampleCount(Callback):
     def __init__(self, n: int) -> None:
         self.n = n
 
+    @override
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         check_sample_count(pl_module, self.n)
 
@@ -125,7 +119,7 @@ def cell_fingerprint(suite: Suite, cell: Cell) -> dict[str, Any]:
     """What a cell's result depends on, with the run directory left out (so a moved run
     directory still resumes): the composed config, the overrides, δ, the evaluation settings
     and the prepare steps; ``digest`` hashes them."""
-    from lightning_dpot.cli import compose_config
+    from lightning_dpot.config import compose_config
 
     spec = suite.methods[cell.method]
     where = Path("{out_dir}")
@@ -143,7 +137,7 @@ def cell_fingerprint(suite: Suite, cell: Cell) -> dict[str, Any]:
 
 def prepare_fingerprint(suite: Suite, name: str) -> dict[str, Any]:
     """What a prepare step's output depends on: its composed config and overrides."""
-    from lightning_dpot.cli import compose_config
+    from lightning_dpot.config import compose_config
 
     spec = suite.prepare[name]
     return {"config": compose_config(spec.config), "set": spec.set}
@@ -173,44 +167,35 @@ def evaluate_model(
     model: Any, datamodule: Any, settings: dict, seed: int, cache_dir: Path
 ) -> tuple[dict, torch.Tensor]:
     """Score ``model`` against the datamodule's raw held-out split with the suite's evaluator
-    set; returns the metrics and the samples drawn (seeded by the cell's seed)."""
+    set (:func:`suite_metrics`); returns the metrics and the samples drawn (seeded by the cell's
+    seed)."""
+    selection = suite_metrics(settings)
     reference, labels = held_out_split(datamodule)
     n = int(settings.get("num_samples", 2000))
     check_sample_count(model, n)
-    want_labels = "utility" in settings and model.conditional
+    want_labels = selection.needs_labels and model.conditional
     x, y = draw(model, n, labelled=want_labels, generator=torch.Generator().manual_seed(seed))
+    sections = selection.score(
+        x,
+        y,
+        reference,
+        labels,
+        seed=seed,
+        cache_dir=cache_dir,
+        source=getattr(datamodule, "source", None),
+    )
     metrics: dict[str, Any] = {"num_samples": int(x.shape[0])}
-    if "w2" in settings:
-        w2 = W2Evaluator(**(settings["w2"] or {}), seed=seed).score(x, reference)
-        metrics.update(w2=w2["w2"], w2_stderr=w2["w2_stderr"])
-    source = getattr(datamodule, "source", None)
-    if settings.get("manifold") and isinstance(source, CurveSource):
-        metrics.update(ManifoldEvaluator(source).score(x))
-    if "frechet" in settings:
-        options = {"feature_extractor": "classifier", **(settings["frechet"] or {})}
-        frechet = FrechetEvaluator(**options)
-        fd_reference, fd_labels = reference, labels
-        trains_classifier = frechet.classifier_path is None and labels is not None
-        if frechet.feature_extractor == "classifier" and trains_classifier:
-            # The feature classifier is trained on one half of the held-out split and the
-            # Fréchet reference is the other half: features never fitted to the reference.
-            order = torch.randperm(reference.shape[0], generator=torch.Generator().manual_seed(0))
-            train, fd_part = order[: len(order) // 2], order[len(order) // 2 :]
-            frechet.build_classifier(reference[train], labels[train], cache_dir)
-            fd_reference, fd_labels = reference[fd_part], labels[fd_part]
-        frechet.set_reference(fd_reference, fd_labels, cache_dir=cache_dir)
-        metrics.update(frechet.score(x))
-    if "utility" in settings:
-        options = dict(settings["utility"] or {})
-        mode = options.pop("mode", "quick")
-        if not model.conditional:
-            metrics["utility"] = None  # unconditional: no labels to train a classifier on
-        elif labels is None:
-            metrics["utility"] = None
-        else:
-            evaluator = UtilityEvaluator(**options, seed=seed)
-            accuracies = evaluator.score(x, y, reference, labels, FULL if mode == "full" else QUICK)
-            metrics["utility"] = accuracies
+    for name, section in sections.items():
+        if name == "w2":
+            metrics.update(w2=section["w2"], w2_stderr=section["w2_stderr"])
+        elif name == "frechet":
+            key = "fid" if "fid" in section else "fd_classifier"
+            metrics[key] = section[key]
+        elif name == "utility":  # None: unconditional, or no labels to train a classifier on
+            accuracies = {k: v for k, v in section.items() if k not in ("mode", "skipped")}
+            metrics["utility"] = None if "skipped" in section else accuracies
+        elif "skipped" not in section:
+            metrics.update(section)
     return metrics, x
 
 
@@ -241,7 +226,7 @@ def _quiet():
 def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
     """Run the suite's ``prepare`` step ``name`` once (non-private, e.g. an autoencoder on the
     public split); ``<out_dir>/prepare/<name>/done.json`` marks it finished."""
-    from lightning_dpot.cli import run_lightning
+    from lightning_dpot.training import run_lightning
 
     spec = suite.prepare[name]
     run_dir = out_dir / "prepare" / name
@@ -275,7 +260,7 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
 
 def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
     """Train, evaluate and record one cell (or read its record if it is finished)."""
-    from lightning_dpot.cli import run_lightning
+    from lightning_dpot.training import run_lightning
 
     cell_dir = out_dir / "cells" / cell.key
     record_path, plan_path = cell_dir / "cell.json", cell_dir / "plan.json"

@@ -25,7 +25,7 @@ A ``set`` value that is exactly ``"{epsilon}"``, ``"{delta}"``, ``"{source}"`` o
 is replaced by that value (a number, or the source's mapping); other strings are formatted with
 ``{epsilon}``, ``{delta}``, ``{seed}``, ``{cell_dir}`` (the cell's directory), ``{out_dir}`` (the
 suite's run directory) and ``{prepare[NAME]}`` (the directory of a ``prepare`` run), e.g. a
-stage-1 autoencoder checkpoint shared by every cell of a two-stage method (paper 004).
+stage-1 autoencoder checkpoint shared by every cell of a two-stage method (Sebag et al. 2023).
 
 The suite states the *target* ε; the ε a cell reports is read from its own ``report.json``
 (the product's accountant or LDP report), never from this file.
@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from lightning_dpot.metrics.selection import METRICS, MetricSelection
 
 __all__ = ["Cell", "MethodSpec", "PrepareSpec", "Suite", "load_suite"]
 
@@ -227,6 +229,11 @@ def load_suite(path: str | Path) -> Suite:
     unknown = set(evaluation) - set(_EVALUATORS)
     if unknown:
         raise _fail(path, f"evaluation has unknown keys {sorted(unknown)}; known: {_EVALUATORS}")
+    if any(name in evaluation for name in METRICS):
+        try:
+            suite_metrics(evaluation)
+        except ValueError as err:
+            raise _fail(path, f"evaluation: {err}") from None
     return Suite(
         name=str(raw.get("name", path.stem)),
         path=path.resolve(),
@@ -262,3 +269,16 @@ def _check_placeholders(
                     f"{where}.{key}={template!r}: unknown placeholder {err}; known: {{epsilon}}, "
                     "{delta}, {source}, {seed}, {cell_dir}, {out_dir}, {prepare[NAME]}",
                 ) from None
+
+
+def suite_metrics(settings: dict) -> MetricSelection:
+    """The metrics of a suite's ``evaluation`` section; the Fréchet distance defaults to the
+    classifier's features with the held-out split halved (``split_reference``)."""
+    spec = {name: settings[name] for name in METRICS if name in settings}
+    if "frechet" in spec and spec["frechet"] is not False:
+        defaults = {"feature_extractor": "classifier", "split_reference": True}
+        spec["frechet"] = {
+            **defaults,
+            **(spec["frechet"] if isinstance(spec["frechet"], dict) else {}),
+        }
+    return MetricSelection.parse(spec)

@@ -1,10 +1,10 @@
-r"""Raw private records for central-DP training by gradient sanitization (DP-Sinkhorn, SPEC §6).
+r"""Raw private records for central-DP training by gradient sanitization (DP-Sinkhorn).
 
 :class:`CentralDPDataModule` loads a :class:`~lightning_dpot.data.sources.DataSource` (records
 and labels, unmodified) and serves them through :func:`~lightning_dpot.data.poisson.
 poisson_dataloader`: at each step every record of this rank's shard is included independently
-with probability q (paper 002 App. C, Algorithm 2), ``steps_per_epoch`` is fixed in advance
-(default ``round(1/q)``, one expected pass), and an empty batch is a step like any other.
+with probability q (Cao et al. 2021, App. C, Algorithm 2), ``steps_per_epoch`` is fixed in
+advance (default ``round(1/q)``, one expected pass), and an empty batch is a step like any other.
 
 Privacy contract. The raw records may only be consumed by a module whose every use of them is
 sanitized (a clipped, noised gradient) by a release object that emits the matching events to
@@ -34,17 +34,18 @@ from typing import Any
 import lightning as L
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
+from typing_extensions import override
 
-from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
-from lightning_dpot.data.poisson import poisson_dataloader
-from lightning_dpot.data.sources import DataSource, check_source_splits
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_nonnegative_int,
     check_positive,
     check_positive_int,
     check_probability,
 )
+from lightning_dpot.data.fingerprint import check_fingerprint
+from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
+from lightning_dpot.data.poisson import poisson_dataloader
+from lightning_dpot.data.sources import DataSource, check_source_splits
 
 __all__ = ["CentralDPDataModule"]
 
@@ -71,6 +72,22 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         exceed_privacy_budget: run even if the total passes ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
+
+    Raises:
+        ValueError: naming the parameter: both or neither of ``sample_rate`` and
+            ``expected_batch_size``, ``sample_rate`` outside (0, 1], ``expected_batch_size``,
+            ``steps_per_epoch`` or ``privacy_budget`` not > 0, a negative ``seed`` or
+            ``num_workers``. At :meth:`setup`: non-finite or out-of-bounds records or bad
+            labels; at :meth:`train_dataloader`: ``expected_batch_size`` > N.
+
+    Example::
+
+        from lightning_dpot.data import CentralDPDataModule, Digits
+
+        dm = CentralDPDataModule(Digits(), expected_batch_size=64)
+        dm.setup("fit")
+        dm.sample_rate, dm.steps_per_epoch  # q = 64 / N, round(1 / q) steps per epoch
+        records, labels = next(iter(dm.train_dataloader()))  # one Poisson-sampled batch
     """
 
     def __init__(
@@ -113,6 +130,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         self.test_labels: Tensor | None = None
         self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir)
 
+    @override
     def private_record_keys(self) -> RecordKeys:
         """Ledger keys of every training record (all of them are private)."""
         return self.ledger.training_keys(self.source.load())
@@ -128,7 +146,8 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
 
     @property
     def value_range(self) -> float:
-        """Declared ``high − low`` of one coordinate (public, SPEC §3)."""
+        """Declared ``high − low`` of one coordinate (public; see
+        docs/design.md#local-privatization)."""
         return float(self.source.high - self.source.low)
 
     @property
@@ -161,6 +180,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         return self.sample_rate * self.num_private
 
     # -- Lightning ------------------------------------------------------------------------------
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self.train_records is not None:
             return
@@ -176,6 +196,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         self.test_records = splits.test
         self.test_labels = splits.test_labels
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """Fingerprint of the private set (:mod:`lightning_dpot.data.fingerprint`): its size and
         record shape, never a hash of the records."""
@@ -184,12 +205,14 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         return {"fingerprint": {"num_records": len(self.train_records),
                                 "sample_shape": list(self.sample_shape)}}  # fmt: skip
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("fingerprint", {})
         current = self.state_dict().get("fingerprint", {})
         if saved and current:
             check_fingerprint(saved, current, type(self).__name__)
 
+    @override
     def train_dataloader(self) -> DataLoader:
         if self.train_records is None:
             self.setup("fit")

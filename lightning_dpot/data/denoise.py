@@ -1,12 +1,13 @@
-"""Wavelet-thresholding denoiser for privatized images (baseline of paper 001 Fig. 3, 4, 5).
+"""Wavelet-thresholding denoiser for privatized images (baseline of Reshetova et al. 2024,
+Fig. 3, 4, 5).
 
-The baseline denoises the locally privatized images y = x + noise and then trains the
-unregularized p-WGAN on the result. Denoising is post-processing of the released data, so it
-costs no privacy — **provided its parameters do not depend on the raw data**. Paper 001 §IV-B
-tuned the wavelet basis, level and thresholds "to minimize the average distance between the
-reconstructed and original image under the particular noise instance": an oracle that reads the
-raw images, not available to a real LDP trainer (and a leak if done on private data). Here
-every parameter is public:
+The baseline denoises the locally privatized images y = x + noise and then trains the unregularized
+p-WGAN on the result. Denoising is post-processing of the released data, so it costs no privacy —
+**provided its parameters do not depend on the raw data**. Reshetova et al. 2024, §IV-B tuned the
+wavelet basis, level and thresholds "to minimize the average distance between the reconstructed and
+original image under the particular noise instance": an oracle that reads the raw images, not
+available to a real LDP trainer (and a leak if done on private data). Here every parameter is
+public:
 
 - **Threshold: VisuShrink** (Donoho & Johnstone 1994, "Ideal spatial adaptation by wavelet
   shrinkage", Biometrika 81(3)), the universal threshold
@@ -41,7 +42,7 @@ import pywt
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_nonnegative, check_positive
+from lightning_dpot.checks import check_nonnegative, check_positive
 
 ThresholdMode = Literal["soft", "hard", "garrote"]
 

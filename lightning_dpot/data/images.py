@@ -1,15 +1,17 @@
-"""Image datasets with declared pixel bounds [−1, 1] (papers 001 §IV-B…IV-G, 002 §5, 004 §5).
+"""Image datasets with declared pixel bounds [−1, 1] (Reshetova et al. 2024, §IV-B…IV-G;
+Cao et al. 2021, §5; Sebag et al. 2023, §5).
 
 Every source here scales 8-bit pixels v ∈ {0, …, 255} to x = v / 127.5 − 1 ∈ [−1, 1] and
 declares ``low = −1``, ``high = 1``. With d = C·H·W pixels the declared box gives the sensitivities
-of SPEC §3 without looking at any record:
+(docs/design.md#local-privatization) without looking at any record:
 
     Δ1 = d · (high − low) = 2·d,    Δ2 = √d · (high − low) = 2·√d,
 
-e.g. 28×28 MNIST: Δ1 = 1568, Δ2 = 56 (paper 001 §IV-B). Zero-padding to a larger canvas (paper
-004 pads MNIST to 32×32) fills the border with the constant −1, identical in every record, so the
-border adds nothing to ‖x − x'‖ and :meth:`~lightning_dpot.data.sources.DataSource.diameter` keeps
-the 28×28 value (a public, tighter bound; the box bound 2·32² would also be valid but loose).
+e.g. 28×28 MNIST: Δ1 = 1568, Δ2 = 56 (Reshetova et al. 2024, §IV-B). Zero-padding to a larger canvas
+(Sebag et al. 2023 pad MNIST to 32×32) fills the border with the constant −1, identical in every
+record, so the border adds nothing to ‖x − x'‖ and
+:meth:`~lightning_dpot.data.sources.DataSource.diameter` keeps the 28×28 value (a public, tighter
+bound; the box bound 2·32² would also be valid but loose).
 
 Labels are carried along (int64 class indices) for conditional methods and utility metrics.
 
@@ -26,7 +28,8 @@ Sources:
   ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). ``split="test-only"``
   loads only the ``t10k`` files and makes a seeded train/test split of them.
 - :class:`CelebA`: ``torchvision.datasets.CelebA`` from a local root, center crop and resize,
-  an optional binary attribute (default ``Male``, the gender label of paper 002 §5.3) as label.
+  an optional binary attribute (default ``Male``, the gender label of Cao et al. 2021, §5.3) as
+  label.
 - :class:`ImageFolder`: user images in ``root/<class>/<image>``, labels from the folder names.
 """
 
@@ -43,8 +46,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from lightning_dpot.checks import check_nonnegative_int, check_positive_int
 from lightning_dpot.data.sources import DataSource, DataSplits, digest_ids, seeded_split
-from lightning_dpot.privacy.validation import check_nonnegative_int, check_positive_int
 
 SplitMode = Literal["official", "test-only"]
 
@@ -293,7 +296,7 @@ class _IDXImages(DataSource):
 
 class MNIST(_IDXImages):
     """MNIST handwritten digits (LeCun, Cortes; CC BY-SA 3.0), 28×28, 10 classes, pixels in
-    [−1, 1] (paper 001 §IV-B: Δ1 = 2·28² = 1568, Δ2 = 56).
+    [−1, 1] (Reshetova et al. 2024, §IV-B: Δ1 = 2·28² = 1568, Δ2 = 56).
 
     Args:
         root: torchvision root; files in ``root/MNIST/raw`` (uncompressed IDX).
@@ -304,7 +307,7 @@ class MNIST(_IDXImages):
             split with ``test_size`` / ``split_seed``, e.g. 8,000 / 2,000).
         test_size: held-out count (int) or fraction (float in [0, 1)) for ``"test-only"``.
         split_seed: seed of the ``"test-only"`` split.
-        image_size: pad the 28×28 images at value −1 to this size (e.g. 32, paper 004 §5).
+        image_size: pad the 28×28 images at value −1 to this size (e.g. 32, Sebag et al. 2023, §5).
         limit: keep the first ``limit`` records of each split (tiny runs).
     """
 
@@ -317,7 +320,7 @@ class MNIST(_IDXImages):
 
 class FashionMNIST(_IDXImages):
     """Fashion-MNIST clothing images (Xiao et al. 2017; MIT), 28×28, 10 classes, pixels in
-    [−1, 1] (paper 001 §IV-F, IV-G).
+    [−1, 1] (Reshetova et al. 2024, §IV-F, IV-G).
 
     Same arguments as :class:`MNIST`; torchvision reads ``root/FashionMNIST/raw``. The Debian
     package ``dataset-fashion-mnist`` installs the four official ``.gz`` files in
@@ -365,8 +368,8 @@ def _check_image_size(image_size: int) -> int:
 
 class CelebA(DataSource):
     """CelebA aligned faces (Liu et al. 2015) through ``torchvision.datasets.CelebA``, RGB,
-    center-cropped to ``crop_size`` and resized to ``image_size`` (64 by default; paper 002 §5.3
-    uses 32), pixels in [−1, 1]: Δ1 = 2·3·s², Δ2 = 2·√(3·s²).
+    center-cropped to ``crop_size`` and resized to ``image_size`` (64 by default;
+    Cao et al. 2021, §5.3 use 32), pixels in [−1, 1]: Δ1 = 2·3·s², Δ2 = 2·√(3·s²).
 
     The official partitions are used: ``train`` (162,770 images) and ``test`` (19,962). Memory:
     3·s²·4 bytes per image, ≈ 49 KB at s = 64, ≈ 8 GB for the full train split; use ``limit``
@@ -377,7 +380,7 @@ class CelebA(DataSource):
         image_size: side s of the square output.
         crop_size: side of the center crop taken before resizing (178 = the image width).
         label_attribute: the binary attribute used as class label (0/1), e.g. ``"Male"``
-            (paper 002's gender-conditional CelebA); ``None`` for no labels.
+            (Cao et al. 2021's gender-conditional CelebA); ``None`` for no labels.
         download: let torchvision download into ``root`` (never required; Google Drive quotas
             often refuse it).
         limit: keep the first ``limit`` images of each split.

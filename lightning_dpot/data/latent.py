@@ -1,4 +1,5 @@
-"""DataModules of the two stages of the DP sliced-Wasserstein flow (paper 004, §5 and App. C).
+"""DataModules of the two stages of the DP sliced-Wasserstein flow (Sebag et al. 2023, §5 and
+App. C).
 
 * :class:`PublicSplitDataModule` (stage 1) serves the **public** part of a seeded public/private
   split (:mod:`lightning_dpot.data.split`) to train the autoencoder; the split is written to
@@ -6,7 +7,7 @@
 * :class:`PrivateLatentDataModule` (stage 2) recomputes the split from its own source and seed,
   **refuses** to start if it differs from the one stage 1 saved, encodes the **private** part with
   the frozen public autoencoder into ℓ2-normalized latents (``‖z‖₂ = 1``; the sensitivity bound
-  of :mod:`lightning_dpot.privacy.sliced_sensitivity` rests on it) and serves them:
+  of :mod:`lightning_dpot.methods.dpsw.sensitivity` rests on it) and serves them:
 
   - ``sample_rate=None``: the module reads the whole private set once
     (:meth:`PrivateLatentDataModule.private_records`, DPSWflow); the loader only yields step
@@ -20,8 +21,8 @@
     The module draws it itself at its ``global_step`` (the loader then only yields step
     numbers); ``steps_per_epoch`` defaults to ``max(1, round(n/b))``. This is the sampling of
     the replace-one accounting of
-    :func:`~lightning_dpot.privacy.analysis.epsilon.subsampled_gaussian_epsilon` (Wang, Balle,
-    Kasiviswanathan 2019): a fixed batch size makes the number of released rows public.
+    :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.subsampled_gaussian_epsilon` (Wang,
+    Balle, Kasiviswanathan 2019): a fixed batch size makes the number of released rows public.
 
   The amplification by subsampling assumes the drawn subsets stay hidden, so by default
   (``seed=None``) the sampling seed is drawn from the OS entropy pool at :meth:`setup` (on rank 0
@@ -30,15 +31,15 @@
   ``seed`` makes the subsets reproducible and public (reports say ``subset_seed_is_public``):
   tests and debugging only.
 
-  Without an autoencoder (``autoencoder=None``, the 2-D toy of paper 004 §5.4) the whole training
-  set is private and the records themselves are released; they must lie in the unit ball (the
-  source's declared support), and ``normalize="ball"`` scales any row with ``‖x‖₂ > 1`` back onto
-  it (a per-record map that does not look at other records, so it costs no privacy).
+  Without an autoencoder (``autoencoder=None``, the 2-D toy of Sebag et al. 2023, §5.4) the whole
+  training set is private and the records themselves are released; they must lie in the unit ball
+  (the source's declared support), and ``normalize="ball"`` scales any row with ``‖x‖₂ > 1`` back
+  onto it (a per-record map that does not look at other records, so it costs no privacy).
 
 Both modules' ``setup`` refuses records that are non-finite or outside the source's declared
 ``[low, high]`` (:func:`~lightning_dpot.data.sources.check_source_splits`) before any encoding;
 stage 2 then refuses latents that are non-finite or have ``‖z‖₂ > 1``
-(:func:`~lightning_dpot.privacy.validation.check_unit_ball`): the normalization guarantees the
+(:func:`~lightning_dpot.checks.check_unit_ball`): the normalization guarantees the
 bound, but a NaN or Inf from the encoder survives it. Each error names how many records fail
 and the first one's index, never a value computed from them.
 """
@@ -53,7 +54,14 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
+from typing_extensions import override
 
+from lightning_dpot.checks import (
+    check_nonnegative_int,
+    check_positive_int,
+    check_probability,
+    check_unit_ball,
+)
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
 from lightning_dpot.data.poisson import poisson_dataloader
@@ -63,13 +71,7 @@ from lightning_dpot.data.split import (
     PublicPrivateSplit,
     make_public_private_split,
 )
-from lightning_dpot.privacy.secure_rng import seeded_generator
-from lightning_dpot.privacy.validation import (
-    check_nonnegative_int,
-    check_positive_int,
-    check_probability,
-    check_unit_ball,
-)
+from lightning_dpot.rng import seeded_generator
 
 __all__ = ["PrivateLatentDataModule", "PublicDecoder", "PublicSplitDataModule"]
 
@@ -135,6 +137,7 @@ class PublicSplitDataModule(L.LightningDataModule):
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(self.source.sample_shape)
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self.split is not None:
             return
@@ -154,6 +157,7 @@ class PublicSplitDataModule(L.LightningDataModule):
         self.test_records, self.test_labels = splits.test, splits.test_labels
         del splits  # the private records are not kept by stage 1
 
+    @override
     def train_dataloader(self) -> DataLoader:
         assert self.public_records is not None, "call setup() first"
         return DataLoader(
@@ -216,6 +220,26 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         exceed_privacy_budget: run even if the total passes ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
+
+    Raises:
+        ValueError: naming the parameter: ``autoencoder`` without ``autoencoder_checkpoint``
+            or the reverse, an unknown ``normalize``, both ``sample_rate`` and ``batch_size``,
+            ``sample_rate`` outside (0, 1], ``batch_size``, ``steps_per_epoch`` or
+            ``encode_batch_size`` < 1, a negative ``seed``, ``privacy_budget`` not > 0. At
+            :meth:`setup`: invalid records, a checkpoint without a split, or latents outside
+            the unit ball.
+        SplitMismatchError: at :meth:`setup`, a split that differs from stage 1's (a
+            ``ValueError``).
+        FileNotFoundError: at :meth:`setup`, a missing ``autoencoder_checkpoint``.
+
+    Example::
+
+        from lightning_dpot.data import HalfCircle, PrivateLatentDataModule
+
+        dm = PrivateLatentDataModule(HalfCircle(n=10_000), normalize="ball", batch_size=256)
+        dm.setup("fit")
+        z = dm.private_records()  # (n, 2), every row in the unit ball
+        rows = dm.without_replacement_indices(step=0)  # the 256 records of step 0
     """
 
     def __init__(
@@ -283,6 +307,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
             self.autoencoder.requires_grad_(False)
         self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir)
 
+    @override
     def private_record_keys(self) -> RecordKeys:
         """Ledger keys of the private records: the raw records of the private part of the
         public/private split, or every training record without an autoencoder (2-D toy)."""
@@ -381,6 +406,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
             torch.distributed.broadcast_object_list(seed, src=0)
         self._sampling_seed = int(seed[0])
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self._sampling_seed is None:
             self._draw_secret_sampling_seed()
@@ -409,6 +435,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         check_unit_ball(latents, "encoded private latents")
         self.latents = latents
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """Fingerprint (:mod:`lightning_dpot.data.fingerprint`): the split's hash, the number of
         private records and the latent dimension; never a hash of private records."""
@@ -421,12 +448,14 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         }
         return {"fingerprint": fingerprint}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("fingerprint", {})
         current = self.state_dict().get("fingerprint", {})
         if saved and current:
             check_fingerprint(saved, current, type(self).__name__)
 
+    @override
     def train_dataloader(self) -> DataLoader:
         latents = self.private_records()
         if self.sample_rate is None:  # whole set read once, or drawn by the module (batch_size)

@@ -55,9 +55,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_dpot.checks import check_epsilon, check_nonnegative
 from lightning_dpot.data.release import exclusive_lock, secret_key
 from lightning_dpot.data.sources import DataSplits
-from lightning_dpot.privacy.validation import check_epsilon, check_nonnegative
 
 __all__ = [
     "LEDGER_ENV",
@@ -282,7 +282,7 @@ class PrivacyLedger:
         before the release's noise is drawn. Returns the entry's id (for :meth:`settle`).
 
         Stored per record: the sorted unique keys, never the records."""
-        epsilon, delta = check_epsilon(epsilon), _check_ledger_delta(delta)
+        epsilon, delta = check_epsilon("epsilon", epsilon), _check_ledger_delta(delta)
         try:
             json.dumps(facts)
         except TypeError as error:
@@ -333,7 +333,7 @@ class PrivacyLedger:
         :meth:`holds`) back to the most it may spend, (ε, δ), after checking the budget as for
         a new release in its place (an earlier settlement counted only the releases made
         before it)."""
-        epsilon, delta = check_epsilon(epsilon), _check_ledger_delta(delta)
+        epsilon, delta = check_epsilon("epsilon", epsilon), _check_ledger_delta(delta)
         with self.locked():
             self._entry(entry_id)
             self.check_budget(keys, epsilon, delta, budget, exceed, remedy, exclude=entry_id)
@@ -398,7 +398,7 @@ class CentralRunLedger:
     ) -> None:
         self.ledger = PrivacyLedger(ledger_dir)
         self.privacy_budget = (
-            None if privacy_budget is None else check_epsilon(privacy_budget, "privacy_budget")
+            None if privacy_budget is None else check_epsilon("privacy_budget", privacy_budget)
         )
         self.exceed_privacy_budget = bool(exceed_privacy_budget)
         self._private_keys: RecordKeys | None = None

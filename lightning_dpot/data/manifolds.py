@@ -1,12 +1,12 @@
-"""Synthetic 2-D data (paper 001 §IV-A, paper 004 §5.4).
+"""Synthetic 2-D data (Reshetova et al. 2024, §IV-A; Sebag et al. 2023, §5.4).
 
 Each source samples records uniformly by arc length on a known curve, declares the curve as its
 public support (so its diameters are exact public constants, not estimates from the data) and
 measures a generated sample's distance to that support for the ``manifold_error`` metric.
 
-Paper 001 states ℓ1 sensitivity 2 and ℓ2 sensitivity √2 for the unit half-circle; its actual
-diameters are 1 + √2 in ℓ1 (between (−1, 0) and (1/√2, 1/√2)) and 2 in ℓ2 (between (±1, 0)),
-so the paper under-noised. These sources use the exact values.
+Reshetova et al. 2024 state ℓ1 sensitivity 2 and ℓ2 sensitivity √2 for the unit half-circle; its
+actual diameters are 1 + √2 in ℓ1 (between (−1, 0) and (1/√2, 1/√2)) and 2 in ℓ2 (between
+(±1, 0)), so the paper under-noised. These sources use the exact values.
 
 The records are generated as they are released, with no preprocessing, so they declare no
 identities (``DataSplits.train_ids``): the privacy ledger's keys of their bytes identify them.
@@ -19,8 +19,8 @@ import math
 import torch
 from torch import Tensor
 
+from lightning_dpot.checks import check_positive, check_positive_int
 from lightning_dpot.data.sources import DataSource, DataSplits
-from lightning_dpot.privacy.validation import check_positive, check_positive_int
 
 
 def project_to_polyline(
@@ -57,8 +57,8 @@ def distance_to_polyline(points: Tensor, vertices: Tensor, chunk: int = 4096) ->
 def arc_coverage(positions: Tensor, bins: int = 18) -> float:
     """Share of ``bins`` equal pieces of the curve (by arc length) that hold at least a quarter
     of the uniform share of ``positions`` (fractions in [0, 1] of near-curve samples): 1 when
-    samples spread along the whole curve, small when they pile up on part of it (issue 12: 18
-    bins of 10° on the half-circle). 0 without samples."""
+    samples spread along the whole curve, small when they pile up on part of it (default 18
+    bins: 10° each on the half-circle). 0 without samples."""
     if positions.numel() == 0:
         return 0.0
     counts = torch.bincount((positions * bins).long().clamp(0, bins - 1), minlength=bins)
@@ -108,7 +108,8 @@ class CurveSource(DataSource):
 
 
 class HalfCircle(CurveSource):
-    """Upper half of the unit circle, {(cos πt, sin πt) : t ∈ [0, 1]} (001 Fig. 1)."""
+    """Upper half of the unit circle, {(cos πt, sin πt) : t ∈ [0, 1]} (Reshetova et al. 2024,
+    Fig. 1)."""
 
     def curve(self, t: Tensor) -> Tensor:
         return torch.stack([torch.cos(math.pi * t), torch.sin(math.pi * t)], dim=1)
@@ -126,7 +127,8 @@ class HalfCircle(CurveSource):
 
 
 class Ellipse(CurveSource):
-    """Ellipse x²/a² + y²/b² = 1 (001 Fig. 2), a = ``semi_major`` ≤ 1, b = ``semi_minor``."""
+    """Ellipse x²/a² + y²/b² = 1 (Reshetova et al. 2024, Fig. 2), a = ``semi_major`` ≤ 1,
+    b = ``semi_minor``."""
 
     def __init__(self, semi_major: float = 1.0, semi_minor: float = 0.5, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -148,7 +150,7 @@ class Ellipse(CurveSource):
 
 
 class Rectangle(CurveSource):
-    """Boundary of the rectangle [−w, w] × [−h, h] (001 Fig. 2)."""
+    """Boundary of the rectangle [−w, w] × [−h, h] (Reshetova et al. 2024, Fig. 2)."""
 
     def __init__(self, half_width: float = 1.0, half_height: float = 0.5, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -167,8 +169,9 @@ class Rectangle(CurveSource):
 
 
 class GaussianMixture2D(DataSource):
-    """Five isotropic Gaussians with centres on a circle (paper 004 §5.4), truncated to the unit
-    disk by rejection so that the declared support is {‖x‖₂ ≤ 1} (ℓ2 diameter 2, ℓ1 2√2)."""
+    """Five isotropic Gaussians with centres on a circle (Sebag et al. 2023, §5.4), truncated to
+    the unit disk by rejection so that the declared support is {‖x‖₂ ≤ 1} (ℓ2 diameter 2,
+    ℓ1 2√2)."""
 
     low, high = -1.0, 1.0
     sample_shape = (2,)

@@ -5,16 +5,16 @@ probability ``sample_rate`` q: the batch size is Binomial(N, q), and an empty ba
 possible, legitimate outcome that still counts as a step (the module still adds its noise and
 steps). The number of steps per epoch is fixed in advance (default ``round(1/q)``, one expected
 pass) and never depends on the data. This is exactly the subsampling of
-:mod:`lightning_dpot.privacy.analysis.rdp_poisson` (Abadi et al. 2016; Mironov, Talwar, Zhang
-2019): a fixed-size batch, shuffling, or ``drop_last`` would need a different analysis.
+:mod:`lightning_dpot.privacy.accounting.analysis.rdp_poisson` (Abadi et al. 2016; Mironov, Talwar,
+Zhang 2019): a fixed-size batch, shuffling, or ``drop_last`` would need a different analysis.
 
 Privacy implications
 --------------------
 * **Adjacency.** The guarantee is for adding or removing one record. Under Poisson sampling a
   record's presence changes the batch by at most that record, so a query clipped to ℓ2 norm Δ per
-  batch-level release has sensitivity 2Δ under "clip the whole block" (DP-Sinkhorn, SPEC §6) or
-  Δ under per-example clipping of a sum; the module states which and passes the matching noise
-  multiplier to the accountant. The sampler itself never looks at record values.
+  batch-level release has sensitivity 2Δ under "clip the whole block" (DP-Sinkhorn,
+  docs/dp_sinkhorn.md) or Δ under per-example clipping of a sum; the module states which and passes
+  the matching noise multiplier to the accountant. The sampler itself never looks at record values.
 * **Fresh randomness.** Each step's inclusion mask must be independent of every other step's.
   The mask of step ``s`` of epoch ``e`` on rank ``r`` comes from its own generator seeded by
   ``(seed, e, r, s)``, so it is reproducible and can be drawn in any order, and the sampler
@@ -45,12 +45,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data import default_collate as _default_collate
 
-from lightning_dpot.distributed import rank_world
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_nonnegative_int,
     check_positive_int,
     check_probability,
 )
+from lightning_dpot.distributed import rank_world
 
 
 class PoissonBatchSampler(Sampler[list[int]]):

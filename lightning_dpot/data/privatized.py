@@ -1,11 +1,12 @@
-"""``PrivatizedDataModule``: local differential privacy applied once, at setup (paper 001).
+"""``PrivatizedDataModule``: local differential privacy applied once, at setup
+(Reshetova et al. 2024).
 
-Every record is privatized exactly once by a :class:`~lightning_dpot.privacy.ldp.LocalRandomizer`
-and the release is cached on disk with its metadata. Every later ``setup`` — other DDP ranks, a
-resumed run, a second run with the same configuration — loads the cached release and never draws
-noise again (redrawing would let an observer average the noise away). Raw training records are
-dropped as soon as the release exists; a raw held-out test split, where the source has one, is
-kept for evaluation only.
+Every record is privatized exactly once by a
+:class:`~lightning_dpot.privacy.mechanisms.ldp.LocalRandomizer` and the release is cached on disk
+with its metadata. Every later ``setup`` — other DDP ranks, a resumed run, a second run with the
+same configuration — loads the cached release and never draws noise again (redrawing would let an
+observer average the noise away). Raw training records are dropped as soon as the release exists; a
+raw held-out test split, where the source has one, is kept for evaluation only.
 
 Alternatively ``release_path`` points at a file written by ``dpot privatize``: the trainer then
 never sees raw data, which is the real LDP deployment. The file's metadata fixes the mechanism,
@@ -30,8 +31,10 @@ import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+from typing_extensions import override
 
-import lightning_dpot
+from lightning_dpot._version import __version__
+from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger
 from lightning_dpot.data.release import (
@@ -43,16 +46,16 @@ from lightning_dpot.data.release import (
 )
 from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.distributed import rank_world
-from lightning_dpot.privacy.gaussian import GaussianCalibration
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.mechanisms import MechanismName, make_mechanism
-from lightning_dpot.privacy.secure_rng import SecretNoise, permutation
-from lightning_dpot.privacy.transforms import RecordTransform, make_transform
-from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive_int
+from lightning_dpot.privacy.mechanisms.additive import MechanismName, make_mechanism
+from lightning_dpot.privacy.mechanisms.gaussian import GaussianCalibration
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms.transforms import RecordTransform, make_transform
+from lightning_dpot.rng import SecretNoise, permutation
 
 
 class FullBatch(Dataset):
-    """A dataset of one item, the whole tensors: full-batch training (paper 001 §IV-A, b = n).
+    """A dataset of one item, the whole tensors: full-batch training (Reshetova et al. 2024,
+    §IV-A, b = n).
     The OT losses are order-free, so the release is neither shuffled nor re-collated; under
     DDP each rank's (padded) distributed sampler yields this one item, i.e. the whole cached
     release on every rank."""
@@ -124,7 +127,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         dct_keep: side of the kept low-frequency DCT block.
         seed: noise seed; ``None`` draws a secret one (recommended, see module docstring).
         secure_rng: draw the noise and the release order from the OS CSPRNG
-            (:class:`~lightning_dpot.privacy.secure_rng.OSRandom`, ``docs/secure_noise.md``)
+            (:class:`~lightning_dpot.rng.OSRandom`, ``docs/secure_noise.md``)
             instead of a secretly seeded ``torch.Generator``; excludes ``seed``. Default False.
         batch_size: training batch size (the full release when ``None``).
         cache_dir: where releases are cached.
@@ -134,8 +137,8 @@ class PrivatizedDataModule(L.LightningDataModule):
             release gives by amplification by shuffling (Feldman, McMillan, Talwar 2021), at
             this δ; pure ε0-LDP (Laplace) only.
         denoise: ``"wavelet"`` trains on the release denoised by wavelet thresholding (baseline
-            of paper 001 Fig. 3; identity transform only). Post-processing at ``setup``, no
-            privacy cost: the cached release is neither changed nor replaced, and the
+            of Reshetova et al. 2024, Fig. 3; identity transform only). Post-processing at
+            ``setup``, no privacy cost: the cached release is neither changed nor replaced, and the
             threshold uses only the public noise std (:func:`~lightning_dpot.data.denoise.
             wavelet_denoise`).
         denoise_wavelet: the PyWavelets wavelet used by ``denoise="wavelet"``.
@@ -144,6 +147,27 @@ class PrivatizedDataModule(L.LightningDataModule):
         exceed_privacy_budget: make a release that takes the total past ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
+
+    Raises:
+        ValueError: naming the parameter: neither ``source`` nor ``release_path``, an unknown
+            ``mechanism``, both or neither of ``epsilon`` and ``noise_scale``, ``delta``
+            missing for the Gaussian mechanism or given for the Laplace one, ``seed`` with
+            ``secure_rng``, ``batch_size`` < 1, ``privacy_budget`` not > 0, a bad ``denoise``
+            setting, ``shuffle_delta`` with the Gaussian mechanism, or an argument that differs
+            from the ``release_path`` file's. When privatizing (:meth:`prepare_data`): records
+            that are non-finite or outside the source's bounds.
+        PrivacyBudgetError: when privatizing, a new release that would take the records'
+            total ε past ``privacy_budget`` (:mod:`lightning_dpot.data.ledger`).
+
+    Example::
+
+        from lightning_dpot.data import HalfCircle, PrivatizedDataModule
+
+        dm = PrivatizedDataModule(HalfCircle(n=10_000), mechanism="laplace", epsilon=2.5,
+                                  batch_size=500, cache_dir="/tmp/dpot_cache")
+        dm.prepare_data()  # privatizes once (rank 0) and caches the release
+        dm.setup("fit")
+        (records,) = next(iter(dm.train_dataloader()))  # (500, 2) privatized records
     """
 
     def __init__(
@@ -177,7 +201,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         self.prepare_data_per_node = False
         self.ledger = PrivacyLedger(ledger_dir)
         self.privacy_budget = (
-            None if privacy_budget is None else check_epsilon(privacy_budget, "privacy_budget")
+            None if privacy_budget is None else check_epsilon("privacy_budget", privacy_budget)
         )
         self.exceed_privacy_budget = bool(exceed_privacy_budget)
         self.ledger_total: LedgerTotal | None = None
@@ -244,7 +268,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             self._check_given_matches_release(given)
         self.shuffle_delta = shuffle_delta
         if shuffle_delta is not None:
-            check_delta(shuffle_delta, "shuffle_delta")
+            check_delta("shuffle_delta", shuffle_delta)
             if self.mechanism.name != "laplace":
                 raise ValueError(
                     "shuffle_delta: amplification by shuffling (Feldman, McMillan, Talwar 2021) "
@@ -325,7 +349,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             "sample_shape": list(self.source.sample_shape),
             "source_diameters": [self.source.diameter(1), self.source.diameter(2)],
             "labels_released": False,
-            "lightning_dpot_version": lightning_dpot.__version__,
+            "lightning_dpot_version": __version__,
         }
         return Release(data, metadata)
 
@@ -352,11 +376,13 @@ class PrivatizedDataModule(L.LightningDataModule):
                 self._privatize().save(path)
         return path
 
+    @override
     def prepare_data(self) -> None:
         """Runs on global rank 0 before ``setup``: privatize if no cached release."""
         if self.release_path is None:
             self._cached_release()
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self.release is not None:
             self._apply_denoise()
@@ -504,14 +530,17 @@ class PrivatizedDataModule(L.LightningDataModule):
             }
         return self._fingerprint
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"fingerprint": self.fingerprint()}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("fingerprint", {})
         if saved and self.release is not None:
             check_fingerprint(saved, self.fingerprint(), type(self).__name__)
 
+    @override
     def train_dataloader(self) -> DataLoader:
         if self.release is None:
             raise RuntimeError("call setup() before train_dataloader()")
@@ -549,7 +578,7 @@ class PrivatizedDataModule(L.LightningDataModule):
                     "delta": self.shuffle_delta,
                 }
             }
-        from lightning_dpot.privacy.shuffling import (
+        from lightning_dpot.privacy.accounting.shuffling import (
             closed_form_max_epsilon0,
             shuffle_epsilon_closed_form,
             shuffle_epsilon_numerical,
@@ -576,7 +605,7 @@ class PrivatizedDataModule(L.LightningDataModule):
 
     def privacy_report(self) -> dict:
         """The LDP guarantee of the release: fixed at privatization, it does not grow with
-        training (paper 001, Remark 1; post-processing)."""
+        training (Reshetova et al. 2024, Remark 1; post-processing)."""
         mech = self.mechanism
         return {
             "notion": "local",

@@ -1,20 +1,22 @@
-"""What each kind of method needs from its datamodule, declared once (SPEC §3–§5).
+"""What each kind of method needs from its datamodule, declared once (see docs/design.md).
 
 Three ways of touching private data, one protocol each:
 
 * :class:`LocalDPRelease` — every record privatized **once** at setup by a local randomizer
-  (paper 001); training reads only the cached release and the mechanism's public facts.
+  (Reshetova et al. 2024); training reads only the cached release and the mechanism's public
+  facts.
   :class:`~lightning_dpot.data.PrivatizedDataModule`.
 * :class:`CentralPrivateData` — raw private records, reached only through a subsampled
-  mechanism of the method (paper 002: Poisson rate q).
+  mechanism of the method (Cao et al. 2021: Poisson rate q).
   :class:`~lightning_dpot.data.CentralDPDataModule`.
 * :class:`LatentPrivateData` — private records encoded by a public autoencoder into the unit
-  ball, reached only through the method's sliced release (paper 004).
+  ball, reached only through the method's sliced release (Sebag et al. 2023).
   :class:`~lightning_dpot.data.PrivateLatentDataModule`.
 
 Each extends :class:`HeldOutData`: the raw held-out split, under one name for every datamodule
 (``test_records`` with ``test_labels`` or ``None``), which only evaluation reads.
-:class:`PublicData` is the public split an autoencoder is trained on (stage 1 of paper 004).
+:class:`PublicData` is the public split an autoencoder is trained on (stage 1 of
+Sebag et al. 2023).
 
 :func:`require_data` checks a datamodule against a protocol by static lookup (properties that
 need ``setup`` are not evaluated) and names every missing member.

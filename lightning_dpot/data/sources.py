@@ -2,7 +2,8 @@
 
 A :class:`DataSource` loads raw records and **declares** their value bounds ``[low, high]``
 (and, where the support is known, a tighter public diameter). Sensitivities are derived from
-these declarations only, never from the records themselves (SPEC §3).
+these declarations only, never from the records themselves (see
+docs/design.md#local-privatization).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_labels, check_records
+from lightning_dpot.checks import check_labels, check_records
 
 
 @dataclass
@@ -112,8 +113,8 @@ def seeded_split(n: int, test_fraction: float, seed: int) -> tuple[Tensor, Tenso
 def check_source_splits(source: DataSource, splits: DataSplits) -> None:
     """Refuse records that are non-finite or outside the source's declared ``[low, high]``, and
     labels outside ``[0, num_classes)`` where the source declares classes, in both splits
-    (:func:`~lightning_dpot.privacy.validation.check_records`,
-    :func:`~lightning_dpot.privacy.validation.check_labels`)."""
+    (:func:`~lightning_dpot.checks.check_records`,
+    :func:`~lightning_dpot.checks.check_labels`)."""
     name = type(source).__name__
     for split, records, labels in (
         ("training", splits.train, splits.train_labels),

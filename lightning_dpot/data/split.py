@@ -1,8 +1,8 @@
 """A seeded public/private split of a training set, saved with the run and checked later.
 
-Paper 004 (§5, App. C) trains the autoencoder on a public half ``X_pub`` of the training set and
-the DP flow on the other half ``X_priv``. The privacy guarantee of the flow covers ``X_priv`` only
-and assumes that the autoencoder never saw a private record. So the split must be
+Sebag et al. 2023 (§5, App. C) train the autoencoder on a public half ``X_pub`` of the training set
+and the DP flow on the other half ``X_priv``. The privacy guarantee of the flow covers ``X_priv``
+only and assumes that the autoencoder never saw a private record. So the split must be
 
 * **data-independent**: a seeded permutation of ``range(n)``, never a function of the records;
 * **identical for every stage**: stage 1 (autoencoder) records it; stage 2 (flow) recomputes it

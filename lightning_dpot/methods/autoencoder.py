@@ -1,7 +1,7 @@
 """Stage 1 of the DP sliced-Wasserstein flow: an autoencoder trained on the public split only.
 
-Paper 004 §5 / App. C: the autoencoder is trained on ``X_pub`` and never sees ``X_priv``; its
-encoder maps records to ℓ2-normalized latents on which the DP flow runs. Training is ordinary
+Sebag et al. 2023, §5 / App. C: the autoencoder is trained on ``X_pub`` and never sees ``X_priv``;
+its encoder maps records to ℓ2-normalized latents on which the DP flow runs. Training is ordinary
 (non-private) minimisation of the reconstruction error
 
     L(x) = mean ‖D(E(x)) − x‖²   (``loss="mse"``)   or
@@ -20,6 +20,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from typing_extensions import override
 
 from lightning_dpot.data.protocols import PublicData, require_data
 from lightning_dpot.data.split import SPLIT_CHECKPOINT_KEY
@@ -53,6 +54,7 @@ class AutoencoderModule(L.LightningModule, Generative):
     def latent_dim(self) -> int:
         return int(self.autoencoder.latent_dim)
 
+    @override
     def forward(self, x: Tensor) -> Tensor:
         return self.autoencoder(x)
 
@@ -62,25 +64,30 @@ class AutoencoderModule(L.LightningModule, Generative):
             return F.mse_loss(recon, x)
         return F.binary_cross_entropy((recon + 1) / 2, ((x + 1) / 2).clamp(0, 1))
 
+    @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is not None:
             require_data(datamodule, PublicData, "AutoencoderModule (public split only)")
 
+    @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         loss = self.reconstruction_loss(batch[0])
         self.log("train/reconstruction", loss, prog_bar=True, sync_dist=True)
         return loss
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.autoencoder.parameters(), lr=self.lr)
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         split = getattr(datamodule, "split", None)
         if split is not None:
             checkpoint[SPLIT_CHECKPOINT_KEY] = split.to_dict()
 
+    @override
     @torch.no_grad()
     def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
         """Decoded random points of the latent sphere (a sanity view of the decoder, not a

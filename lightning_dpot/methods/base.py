@@ -19,6 +19,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 from torch import Tensor, nn
+from typing_extensions import override
 
 from lightning_dpot.data.protocols import LocalDPRelease, require_data
 from lightning_dpot.generative import Generative
@@ -41,7 +42,7 @@ class GeneratorModule(L.LightningModule, Generative):
     Args:
         generator: network z → record with attribute ``latent_dim``.
         latent_range: the latent distribution is Unif[low, high]^latent_dim
-            (paper 001: [−1, 1] for the 2-D MLP, [0, 1] for the DCGAN).
+            (Reshetova et al. 2024: [−1, 1] for the 2-D MLP, [0, 1] for the DCGAN).
         lr: Adam learning rate (a LightningCLI ``optimizer:`` entry overrides the optimizer).
         generated_batch_size: generated samples per step (default: the real batch size).
     """
@@ -89,9 +90,11 @@ class GeneratorModule(L.LightningModule, Generative):
             z = torch.rand(shape, generator=generator, device=generator.device).to(self.device)
         return low + (high - low) * z
 
+    @override
     def forward(self, z: Tensor) -> Tensor:
         return self.generator(z)
 
+    @override
     @torch.no_grad()
     def sample(
         self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
@@ -109,6 +112,7 @@ class GeneratorModule(L.LightningModule, Generative):
         return torch.cat(out) if out else torch.empty(0)
 
     # -- Lightning --------------------------------------------------------------------------
+    @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
@@ -125,6 +129,7 @@ class GeneratorModule(L.LightningModule, Generative):
             )
         self.loss_fn = self.build_loss(datamodule)
 
+    @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         real = batch[0]
         n = self.generated_batch_size or real.shape[0]
@@ -133,5 +138,6 @@ class GeneratorModule(L.LightningModule, Generative):
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         return loss
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.generator.parameters(), lr=self.lr)

@@ -1,7 +1,7 @@
-r"""DP-Sinkhorn (Cao et al., paper 002): central DP by sanitizing ∇_X of a Sinkhorn loss.
+r"""DP-Sinkhorn (Cao et al. 2021): central DP by sanitizing ∇_X of a Sinkhorn loss.
 
-Algorithm 1 (paper 002 §4, with SPEC §6), one optimizer step t = 1, …, T
--------------------------------------------------------------------------
+Algorithm 1 (Cao et al. 2021, §4; see docs/dp_sinkhorn.md), one optimizer step t = 1, …, T
+------------------------------------------------------------------------------------------
 Input: private records d = {(y, l)}^M, Poisson rate q, noise multiplier σ, clip Δ, generator
 g_θ, learning rate α, entropic λ, debias fraction p. T is **not** an input: the
 :class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback` stops training
@@ -21,7 +21,7 @@ before the step that would exceed the target (ε, δ).
    noise, distributed as with data apart from the cross term itself (released as exact zeros,
    the debias rows would tell that the batch was empty). The step is accounted like any other.
 5. Sanitize G by a backward hook registered on X (``X.register_hook``,
-   :class:`~lightning_dpot.privacy.gradient_sanitizer.GradientSanitizer`):
+   :class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`):
    G̃[0:n] = clip_F(G[0:n], Δ) + 2Δσ·N(0, I)  (the cross block, jointly clipped);
    G̃[n:n+n'] = clip_F(G[n:n+n'], Δ)           (debias rows: data-independent, no noise).
 6. G_θ = J_θ(X)ᵀ G̃ (autograd through the generator), θ ← θ − α·Adam(G_θ) (weight decay
@@ -34,9 +34,10 @@ each call emits one ``SubsampledGaussianStep(σ, q)``, σ computed from the nois
 sensitivity it uses, q read from the datamodule and checked against the training loader's
 Poisson sampler at the start of training; the accountant composes what was emitted. The paper's
 per-row text (§4.3) and its Theorem 4.1 disagree with its accounting; see
-:mod:`lightning_dpot.privacy.gradient_sanitizer` and SPEC §6. Under DDP each rank Poisson-samples
-its own shard and sanitizes its own block with its own noise; the gradients are averaged
-(post-processing) and the accounting is that of one step (parallel composition, SPEC §10).
+:mod:`lightning_dpot.privacy.mechanisms.gradient_sanitizer` and docs/dp_sinkhorn.md. Under DDP each
+rank Poisson-samples its own shard and sanitizes its own block with its own noise; the gradients are
+averaged (post-processing) and the accounting is that of one step (parallel composition, see
+docs/design.md#distributed-training).
 
 Nothing derived from Y other than G̃ leaves a private step: the loss value and the real batch
 size are **not** logged in private mode (both depend on Y); only the non-private reference logs
@@ -53,32 +54,33 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from typing_extensions import override
 
-from lightning_dpot.data.poisson import PoissonBatchSampler
-from lightning_dpot.data.protocols import CentralPrivateData, require_data
-from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
-from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
-from lightning_dpot.ot.sinkhorn import NEWTON_MAX_POINTS
-from lightning_dpot.privacy.calibration import min_noise_multiplier
-from lightning_dpot.privacy.contract import (
-    ReleasesPrivateData,
-    planned_releases,
-    warn_if_unaccounted,
-)
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_delta,
     check_epsilon,
     check_nonnegative,
     check_positive,
     check_positive_int,
 )
+from lightning_dpot.data.poisson import PoissonBatchSampler
+from lightning_dpot.data.protocols import CentralPrivateData, require_data
+from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
+from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
+from lightning_dpot.ot.sinkhorn import NEWTON_MAX_POINTS
+from lightning_dpot.privacy.accounting.calibration import min_noise_multiplier
+from lightning_dpot.privacy.contract import (
+    ReleasesPrivateData,
+    planned_releases,
+    warn_if_unaccounted,
+)
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
 
 __all__ = ["DPSinkhorn"]
 
 
 class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
-    """DP-Sinkhorn (paper 002, Algorithm 1; module docstring).
+    """DP-Sinkhorn (Cao et al. 2021, Algorithm 1; module docstring).
 
     Args:
         generator: ``(z, labels) → images`` (e.g. :class:`~lightning_dpot.nn.dcgan.
@@ -87,8 +89,8 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             non-private reference (or with ``target_epsilon``, which calibrates it).
         target_epsilon: calibrate σ at setup: the smallest σ whose ε after the run's planned
             steps (``trainer.max_steps`` or ``max_epochs`` × steps per epoch) at rate q is ≤ this
-            (:func:`~lightning_dpot.privacy.calibration.min_noise_multiplier`); needs ``delta``
-            and ``noise_multiplier=None``.
+            (:func:`~lightning_dpot.privacy.accounting.calibration.min_noise_multiplier`); needs
+            ``delta`` and ``noise_multiplier=None``.
         delta: δ of the guarantee (the accountant reads it from the sanitizer). The
             calibration uses RDP, the accountant ``dpot fit`` attaches, so the reported ε is the
             one calibrated against.
@@ -101,7 +103,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         num_cross: n, generated cross rows per step; default round(q·M) (paper: n = q·M = 50).
         latent_range: z ~ Unif[low, high]^latent_dim (official code: [0, 1]).
         lr, weight_decay, betas: Adam (paper 10⁻⁴ MNIST / 10⁻⁵ others, 2·10⁻⁵, (0.9, 0.999)).
-        sinkhorn_scaling: ε-scaling ratio of the annealing (0.5 = geomloss' default, as in the
+        scaling: ε-scaling ratio of the annealing (0.5 = geomloss' default, as in the
             paper); every solve then iterates at λ to the solver's tolerance.
         noise_seed: ``None`` = secret noise from OS entropy; an integer makes the noise
             reproducible and **voids the guarantee** for anyone who knows it (tests only).
@@ -125,7 +127,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         lr: float = 1e-4,
         weight_decay: float = 2e-5,
         betas: tuple[float, float] = (0.9, 0.999),
-        sinkhorn_scaling: float = 0.5,
+        scaling: float = 0.5,
         noise_seed: int | None = None,
         secure_rng: bool = False,
     ) -> None:
@@ -144,11 +146,11 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
                 )
             if delta is None:
                 raise ValueError("target_epsilon needs delta, the δ of the (ε, δ) target")
-            check_epsilon(target_epsilon, "target_epsilon")
+            check_epsilon("target_epsilon", target_epsilon)
         self.target_epsilon = target_epsilon
         self.private = sigma > 0 or target_epsilon is not None
         self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed, secure_rng)
-        self.sanitizer.delta = None if delta is None else check_delta(delta)
+        self.sanitizer.delta = None if delta is None else check_delta("delta", delta)
         debias_rows(1, debias_fraction)  # validates p
         self.debias_fraction = float(debias_fraction)
         self.l1_weight = check_nonnegative("l1_weight", l1_weight)
@@ -158,7 +160,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         self.num_cross = None if num_cross is None else check_positive_int("num_cross", num_cross)
         self.weight_decay = check_nonnegative("weight_decay", weight_decay)
         self.betas = (float(betas[0]), float(betas[1]))
-        self.sinkhorn_scaling = float(sinkhorn_scaling)
+        self.scaling = float(scaling)
         self.num_classes: int | None = None
         self.sample_rate: float | None = None
         self.poisson_seed_is_public: bool | None = None  # known at setup
@@ -169,10 +171,12 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             )
 
     # -- privacy contract -----------------------------------------------------------------------
+    @override
     def privacy_releases(self) -> list[GradientSanitizer]:
         return [self.sanitizer]
 
     @property
+    @override
     def is_private(self) -> bool:
         """Noise is added (σ > 0, or σ still to be calibrated from ``target_epsilon``)."""
         return self.private
@@ -190,18 +194,21 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             "rdp",
         )
 
+    @override
     def privacy_context(self) -> dict[str, Any]:
         public = self.poisson_seed_is_public
         return {
-            "method": "DP-Sinkhorn (paper 002, Algorithm 1)",
+            "method": "DP-Sinkhorn (Cao et al. 2021, Algorithm 1)",
             "poisson_seed_is_public": public,
             "amplification_by_sampling": None if public is None else not public,
         }
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["privacy_releases"] = self.sanitizer.events.state_dict()
         checkpoint["privacy_plan"] = self.privacy_plan()
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # After setup: σ is already calibrated for this run's plan, so compare it with the plan
         # the restored releases were made under (also when no accountant state comes back).
@@ -223,6 +230,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         assert self.num_classes is not None
         return torch.arange(n, device=self.device) * self.num_classes // max(n, 1)
 
+    @override
     def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
         """Images for latents ``z``; conditional models take ``labels`` (default
         :meth:`balanced_labels`, so that a grid with L images per row shows one class per row)."""
@@ -234,12 +242,13 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             labels = self.balanced_labels(z.shape[0])
         return self.generator(z, labels.to(z.device))
 
+    @override
     @torch.no_grad()
     def sample_labeled(
         self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
     ) -> tuple[Tensor, Tensor]:
         """``n`` images with uniform random labels, on the CPU (post-processing, no privacy
-        cost), for downstream-utility evaluation (paper 002 App. D.2)."""
+        cost), for downstream-utility evaluation (Cao et al. 2021, App. D.2)."""
         if not self.conditional:
             return super().sample_labeled(n, generator=generator)
         if self.num_classes is None:
@@ -258,6 +267,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         return torch.cat(images), torch.cat(labels)
 
     # -- Lightning ------------------------------------------------------------------------------
+    @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
@@ -313,7 +323,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             diameter=mixed_cost_diameter(
                 dim, float(datamodule.value_range), self.l1_weight, class_weight
             ),
-            scaling=self.sinkhorn_scaling,
+            scaling=self.scaling,
             fixed_budget=self.private,
         )
         if self.private and self.num_cross > NEWTON_MAX_POINTS:
@@ -324,6 +334,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
                 stacklevel=2,
             )
 
+    @override
     def on_train_start(self) -> None:
         if not self.private:
             return
@@ -342,6 +353,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
                 f"accounts sample_rate={self.sample_rate!r}; they must match"
             )
 
+    @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         real = batch[0]
         real_labels = batch[1] if self.conditional and len(batch) > 1 else None
@@ -361,6 +373,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             log_sinkhorn_info(self, self.loss_fn.last_info)
         return loss
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(
             self.generator.parameters(),
@@ -373,7 +386,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         """Settings for ``report.json`` (RunReport)."""
         n = self.num_cross
         return {
-            "loss": "semi-debiased Sinkhorn (paper 002 Def. 4.3)",
+            "loss": "semi-debiased Sinkhorn (Cao et al. 2021, Def. 4.3)",
             "cost": f"|x-y|_2^2 + {self.l1_weight}*|x-y|_1",
             "entropic_reg": self.entropic_reg,
             "debias_fraction": self.debias_fraction,

@@ -1,9 +1,9 @@
-"""Entropic p-Wasserstein GAN on locally privatized data (paper 001, Algorithm 1).
+"""Entropic p-Wasserstein GAN on locally privatized data (Reshetova et al. 2024, Algorithm 1).
 
 Loss W_{p,λ}(P_G, Q_Y) = min_π ⟨π, C⟩ + λ KL(π ‖ μ⊗ν), C_ij = ‖G(z_i) − y_j‖_p^p, λ = p·σ^p,
 with σ the mechanism's noise scale (Laplace b for p = 1, Gaussian std for p = 2). Theorem 1 of
-paper 001: with the cost matched to the mechanism (p = 1 ↔ Laplace, p = 2 ↔ Gaussian), the
-minimizer over generators recovers the *raw* distribution P_X from privatized samples Y — the
+Reshetova et al. 2024: with the cost matched to the mechanism (p = 1 ↔ Laplace, p = 2 ↔ Gaussian),
+the minimizer over generators recovers the *raw* distribution P_X from privatized samples Y — the
 entropic term is what denoises, so the loss is deliberately **not** debiased.
 
 ``regularization`` selects the variant: ``entropic`` (the method), ``divergence`` (the debiased
@@ -17,6 +17,7 @@ from typing import Literal
 
 import lightning as L
 from torch import Tensor, nn
+from typing_extensions import override
 
 from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
 from lightning_dpot.ot import EntropicOT, ExactOT
@@ -73,14 +74,15 @@ class EntropicWGAN(GeneratorModule):
         self.backend, self.tol, self.max_iter = backend, tol, max_iter
         self.last_sinkhorn: SinkhornInfo | None = None
 
+    @override
     def build_loss(self, datamodule: L.LightningDataModule) -> nn.Module:
         mechanism = datamodule.mechanism
         p = self.p or mechanism.p
         if p != mechanism.p and not self.allow_cost_mismatch:
             raise ValueError(
                 f"p={p} does not match the {mechanism.name} mechanism (p={mechanism.p}); "
-                "Theorem 1 of paper 001 pairs p=1 with Laplace and p=2 with Gaussian. Set "
-                "allow_cost_mismatch=true to train with a mismatched cost anyway"
+                "Theorem 1 of Reshetova et al. 2024 pairs p=1 with Laplace and p=2 with "
+                "Gaussian. Set allow_cost_mismatch=true to train with a mismatched cost anyway"
             )
         self.p = p
         diameter = datamodule.support_diameter(p)
@@ -99,6 +101,7 @@ class EntropicWGAN(GeneratorModule):
             backend=self.backend,
         )
 
+    @override
     def compute_loss(self, fake: Tensor, real: Tensor) -> Tensor:
         loss = super().compute_loss(fake, real)
         if self.loss_fn.last_info is not None:

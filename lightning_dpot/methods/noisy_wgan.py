@@ -1,4 +1,4 @@
-"""Noisy p-WGAN baseline (paper 001 §IV-F, eq. 23).
+"""Noisy p-WGAN baseline (Reshetova et al. 2024, §IV-F, eq. 23).
 
 The generator's output is passed through the data's own local randomizer before an
 **unregularized** OT loss with the mechanism's cost:
@@ -6,8 +6,8 @@ The generator's output is passed through the data's own local randomizer before 
     L(G) = W_p^p(P_{M(G(Z))}, Q_Y^n),   M(x) = Π(f(x)) + Z,   Z ~ Laplace(0, b) or N(0, σ²),
 
 with f the release transform (identity or DCT), Π the release projection (ℓ1/ℓ2 ball, if any)
-and fresh noise Z for every generated record at every step. Paper 001 uses p = 1 with the
-Laplace mechanism (W_1, ℓ1 cost). Eq. 23 is consistent (its minimizer also matches P_X,
+and fresh noise Z for every generated record at every step. Reshetova et al. 2024 use p = 1 with
+the Laplace mechanism (W_1, ℓ1 cost). Eq. 23 is consistent (its minimizer also matches P_X,
 Theorem III.1) but, being unregularized, it suffers from the curse of dimensionality,
 W_1(P_{M(G(Z))}, Q_Y^n) = Ω(n^{-1/d}); this is the comparison of Figs. 11–12.
 
@@ -21,11 +21,12 @@ from __future__ import annotations
 import lightning as L
 import torch
 from torch import Tensor, nn
+from typing_extensions import override
 
 from lightning_dpot.methods.entropic_wgan import EntropicWGAN
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.mechanisms import Mechanism
-from lightning_dpot.privacy.projections import project_l1_ball, project_l2_ball
+from lightning_dpot.privacy.mechanisms.additive import Mechanism
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms.projections import project_l1_ball, project_l2_ball
 
 
 def fresh_mechanism_noise(mechanism: Mechanism, like: Tensor) -> Tensor:
@@ -57,7 +58,8 @@ def randomize_generated(randomizer: LocalRandomizer, samples: Tensor) -> Tensor:
 
 
 class NoisyWGAN(EntropicWGAN):
-    """Noisy p-WGAN of paper 001 eq. 23: unregularized OT between M(G(Z)) and the release.
+    """Noisy p-WGAN of Reshetova et al. 2024, eq. 23: unregularized OT between M(G(Z)) and the
+    release.
 
     The loss is :class:`EntropicWGAN`'s ``regularization="none"`` (exact minibatch OT by
     assignment, see :class:`~lightning_dpot.ot.ExactOT`), with p matched to the mechanism;
@@ -68,7 +70,8 @@ class NoisyWGAN(EntropicWGAN):
         p: cost exponent; default: matched to the mechanism (1 for Laplace, 2 for Gaussian).
         allow_cost_mismatch: permit p ≠ the mechanism's p.
         max_exact_batch: largest batch solved exactly by assignment (above it, ExactOT falls
-            back to a small-blur Sinkhorn and warns). Paper 001 §IV-F uses batch 6000.
+            back to a small-blur Sinkhorn and warns). Reshetova et al. 2024, §IV-F use batch
+            6000.
         latent_range: latent distribution Unif[low, high]^latent_dim.
         lr: Adam learning rate.
         generated_batch_size: generated samples per step (default: the real batch size).
@@ -96,10 +99,12 @@ class NoisyWGAN(EntropicWGAN):
         )
         self.randomizer: LocalRandomizer | None = None
 
+    @override
     def build_loss(self, datamodule: L.LightningDataModule) -> nn.Module:
         self.randomizer = datamodule.randomizer
         return super().build_loss(datamodule)
 
+    @override
     def release_view(self, samples: Tensor) -> Tensor:
         """M(G(z)): transform → projection → fresh mechanism noise (eq. 23)."""
         if self.randomizer is None:
@@ -108,9 +113,10 @@ class NoisyWGAN(EntropicWGAN):
             )
         return randomize_generated(self.randomizer, samples)
 
+    @override
     def loss_description(self) -> dict:
         return {
             **super().loss_description(),
             "generated_through_mechanism": True,
-            "paper": "001 eq. 23 (noisy p-WGAN)",
+            "paper": "Reshetova et al. 2024, eq. 23 (noisy p-WGAN)",
         }

@@ -1,5 +1,5 @@
-"""Evaluation metrics (SPEC §9): FID and a classifier-feature Fréchet distance, exact W₂ to the
-raw data on subsamples, and downstream utility of labelled synthetic data."""
+"""Evaluation metrics: FID and a classifier-feature Fréchet distance, exact W₂ to the raw data
+on subsamples, and downstream utility of labelled synthetic data (see docs/evaluation.md)."""
 
 from lightning_dpot.metrics.fid import (
     ClassifierFrechetDistance,

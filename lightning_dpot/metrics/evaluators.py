@@ -1,5 +1,5 @@
 r"""One evaluator per metric, shared by the evaluation callbacks, ``dpot evaluate`` and
-``dpot compare`` (SPEC §9).
+``dpot compare`` (see docs/evaluation.md).
 
 An evaluator holds a metric's settings and turns samples into a result ``dict``; it knows
 nothing of Lightning. The callbacks add only the schedule (every n epochs, at the end, DDP
@@ -8,15 +8,15 @@ shares); the commands add only the sampling. The reference is always the **raw h
 
 * :class:`FrechetEvaluator` — d² = ‖μ_r − μ_g‖² + Tr(Σ_r + Σ_g − 2(Σ_rΣ_g)^{1/2}) between
   Gaussian fits of image features (Heusel et al. 2017, Eq. 6), named for its extractor: ``fid``
-  with InceptionV3 (paper 002 §D.1), ``fd_classifier`` with the project classifier (an offline
-  stand-in, never called FID).
+  with InceptionV3 (Cao et al. 2021, §D.1), ``fd_classifier`` with the project classifier (an
+  offline stand-in, never called FID).
 * :class:`UtilityEvaluator` — accuracy on the real held-out split of LogReg / MLP / CNN trained
-  on labelled synthetic samples, early-stopped on a synthetic hold-out only (paper 002 §D.2;
-  DPImageBench's rule that the sensitive test split never selects a model).
+  on labelled synthetic samples, early-stopped on a synthetic hold-out only (Cao et al. 2021,
+  §D.2; DPImageBench's rule that the sensitive test split never selects a model).
 * :class:`W2Evaluator` — exact W₂ between m-point subsamples of generated and held-out records,
-  mean and standard error over R repeats (paper 001 §IV-C, m = 200).
+  mean and standard error over R repeats (Reshetova et al. 2024, §IV-C, m = 200).
 * :class:`ManifoldEvaluator` — mean distance to a known planar curve and the share of the
-  curve covered (paper 001 Figs. 1–2).
+  curve covered (Reshetova et al. 2024, Figs. 1–2).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lightning_dpot.checks import check_positive_int
 from lightning_dpot.data.manifolds import CurveSource
 from lightning_dpot.metrics.fid import ClassifierFrechetDistance, InceptionFID
 from lightning_dpot.metrics.utility import CLASSIFIERS, UtilitySettings, downstream_utility
 from lightning_dpot.metrics.w2 import subsampled_w2
-from lightning_dpot.privacy.validation import check_positive_int
 
 __all__ = [
     "FeatureExtractor",
@@ -252,7 +252,7 @@ class W2Evaluator:
     are flattened (pixel units for images).
 
     Args:
-        subsample: m (paper 001: 200); capped at the smaller sample count.
+        subsample: m (Reshetova et al. 2024: 200); capped at the smaller sample count.
         repeats: R.
         seed: seed of the subsample draws.
     """
@@ -277,10 +277,11 @@ class W2Evaluator:
 
 
 class ManifoldEvaluator:
-    """Distance of generated points to a known planar curve, and arc coverage (paper 001
-    Figs. 1–2): ``manifold_error`` = mean dist(x, support); ``arc_coverage`` =
-    :meth:`~lightning_dpot.data.manifolds.CurveSource.coverage` (share of 18 equal arc pieces
-    holding at least a quarter of the uniform share of the points within 0.25 of the curve)."""
+    """Distance of generated points to a known planar curve, and arc coverage
+    (Reshetova et al. 2024, Figs. 1–2): ``manifold_error`` = mean dist(x, support);
+    ``arc_coverage`` = :meth:`~lightning_dpot.data.manifolds.CurveSource.coverage` (share of 18
+    equal arc pieces holding at least a quarter of the uniform share of the points within 0.25 of
+    the curve)."""
 
     def __init__(self, source: CurveSource) -> None:
         if not isinstance(source, CurveSource):

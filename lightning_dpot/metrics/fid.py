@@ -12,7 +12,7 @@ eigenvalues). Means and covariances are accumulated as sums S = Σᵢ φᵢ, Q =
 which add across processes, so ``dist_reduce_fx="sum"`` makes both metrics exact under DDP:
 μ = S/n, Σ = (Q − n μ μᵀ)/(n − 1).
 
-- :class:`InceptionFID` is **FID** proper (SPEC §9; paper 002 §D.1): torchmetrics
+- :class:`InceptionFID` is **FID** proper (Cao et al. 2021, §D.1): torchmetrics
   ``FrechetInceptionDistance`` with the standard torch-fidelity InceptionV3 weights
   (``weights-inception-2015-12-05-6726825d.pth``, pool3 features, 2048-d), grayscale repeated to
   3 channels, inputs in [−1, 1] mapped to [0, 1]. Offline it needs the weights file, either in
@@ -37,9 +37,10 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.utilities.imports import _TORCH_FIDELITY_AVAILABLE
+from typing_extensions import override
 
+from lightning_dpot.checks import check_positive_int
 from lightning_dpot.metrics.utility import UtilitySettings, seeded_rng, train_torch_classifier
-from lightning_dpot.privacy.validation import check_positive_int
 
 __all__ = [
     "INCEPTION_WEIGHTS_FILENAME",
@@ -147,8 +148,8 @@ def resolve_inception_weights(
 def to_inception_input(images: Tensor, data_range: Sequence[float] = (-1.0, 1.0)) -> Tensor:
     """``(N, C, H, W)`` images in ``data_range`` → ``(N, 3, H, W)`` floats in [0, 1].
 
-    x ↦ clamp((x − low)/(high − low), 0, 1); one channel is repeated to three (002 §D.1:
-    "we repeat the channel dimension 3 times"). ``(N, H, W)`` is read as one channel.
+    x ↦ clamp((x − low)/(high − low), 0, 1); one channel is repeated to three (Cao et al. 2021,
+    §D.1: "we repeat the channel dimension 3 times"). ``(N, H, W)`` is read as one channel.
     """
     low, high = (float(v) for v in data_range)
     if not high > low:
@@ -164,7 +165,7 @@ def to_inception_input(images: Tensor, data_range: Sequence[float] = (-1.0, 1.0)
 
 
 class InceptionFID(FrechetInceptionDistance):
-    """FID (SPEC §9): torchmetrics ``FrechetInceptionDistance`` set up for this project.
+    """FID: torchmetrics ``FrechetInceptionDistance`` set up for this project.
 
     - Weights: ``feature_extractor_weights_path`` or the torch hub cache (see
       :func:`resolve_inception_weights`); missing weights fail here, at construction, with a
@@ -176,7 +177,7 @@ class InceptionFID(FrechetInceptionDistance):
     - ``reset_real_features=False``: real statistics are accumulated once (e.g. the 10k test
       split) and survive ``reset()``, so each evaluation only adds generated images.
 
-    Paper protocol (002 §D.1): 60,000 generated images against the full test split.
+    Paper protocol (Cao et al. 2021, §D.1): 60,000 generated images against the full test split.
     Log key: ``"fid"``.
     """
 
@@ -217,6 +218,7 @@ class InceptionFID(FrechetInceptionDistance):
             )
         self.data_range = (low, high)
 
+    @override
     def update(self, imgs: Tensor, real: bool) -> None:  # type: ignore[override]
         """Add a batch of real (``real=True``) or generated images in ``data_range``."""
         super().update(to_inception_input(imgs, self.data_range), real)
@@ -405,12 +407,14 @@ class ClassifierFrechetDistance(Metric):
         classifier = load_or_train_feature_classifier(path, images, labels, **(train_kwargs or {}))
         return cls(classifier.features, classifier.num_features, **kwargs)
 
+    @override
     def train(self, mode: bool = True) -> ClassifierFrechetDistance:
         """Keep the feature extractor in eval mode whatever the parent module's mode."""
         super().train(mode)
         self.feature_extractor.eval()
         return self
 
+    @override
     def update(self, imgs: Tensor, real: bool) -> None:
         """Add a batch of real (``real=True``) or generated images."""
         with torch.no_grad():
@@ -425,6 +429,7 @@ class ClassifierFrechetDistance(Metric):
             self.fake_features_cov_sum += features.T @ features
             self.fake_features_num_samples += features.shape[0]
 
+    @override
     def compute(self) -> Tensor:
         """d² between the Gaussian fits of the real and generated features (float32 scalar)."""
         if self.real_features_num_samples < 2 or self.fake_features_num_samples < 2:
@@ -440,6 +445,7 @@ class ClassifierFrechetDistance(Metric):
         )
         return frechet_distance(mu_r, sigma_r, mu_g, sigma_g).float()
 
+    @override
     def reset(self) -> None:
         """Reset the generated-side states (and the real side if ``reset_real_features``)."""
         if self.reset_real_features:

@@ -1,7 +1,8 @@
 """Downstream utility: train classifiers on labelled synthetic data, test on the real test split.
 
-Paper 002 §D.2 ("Classifiers") and SPEC §9: a conditional generator's samples (x̃, ỹ) are used as
-a training set and the accuracy on the *real* test split is reported for
+Cao et al. 2021, §D.2 ("Classifiers"; see also docs/evaluation.md): a conditional generator's
+samples (x̃, ỹ) are used as a training set and the accuracy on the *real* test split is reported
+for
 
 - **LogReg**: scikit-learn ``LogisticRegression`` with the L-BFGS solver, ``max_iter = 5000``;
 - **MLP**: one hidden layer of 100 units with ReLU, trained with Adam (PyTorch defaults,
@@ -32,7 +33,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from torch import Tensor, nn
 
-from lightning_dpot.privacy.validation import check_positive_int
+from lightning_dpot.checks import check_positive_int
 
 __all__ = [
     "CLASSIFIERS",
@@ -91,14 +92,15 @@ class UtilitySettings:
             )
 
 
-#: Paper 002 §D.2 protocol: all samples, patience 30, LogReg max_iter 5000.
+#: Cao et al. 2021, §D.2 protocol: all samples, patience 30, LogReg max_iter 5000.
 FULL = UtilitySettings()
 #: For logging during training: 5,000 samples, ≤ 10 epochs, patience 3.
 QUICK = UtilitySettings(max_train_samples=5000, max_epochs=10, patience=3)
 
 
 class MLPClassifier(nn.Sequential):
-    """MLP of 002 §D.2: x ↦ W₂ ReLU(W₁ vec(x) + b₁) + b₂, one hidden layer of 100 units."""
+    """MLP of Cao et al. 2021, §D.2: x ↦ W₂ ReLU(W₁ vec(x) + b₁) + b₂, one hidden layer of 100
+    units."""
 
     def __init__(self, in_features: int, num_classes: int, hidden: int = 100) -> None:
         super().__init__(
@@ -110,7 +112,8 @@ class MLPClassifier(nn.Sequential):
 
 
 class ConvClassifier(nn.Sequential):
-    """CNN of 002 §D.2: two 3×3 conv layers (32, 64 filters), ReLU, dropout 0.5 between layers.
+    """CNN of Cao et al. 2021, §D.2: two 3×3 conv layers (32, 64 filters), ReLU, dropout 0.5
+    between layers.
 
     conv(C→32) → ReLU → maxpool 2 → dropout → conv(32→64) → ReLU → maxpool 2 → dropout →
     linear(64·⌊H/4⌋·⌊W/4⌋ → classes). Works for any ``(C, H, W)`` with H, W ≥ 4.
@@ -170,7 +173,8 @@ def train_torch_classifier(
     settings: UtilitySettings,
     seed: int = 0,
 ) -> tuple[nn.Module, int]:
-    """Adam with hold-out early stopping (002 §D.2); returns the best model and epochs run.
+    """Adam with hold-out early stopping (Cao et al. 2021, §D.2); returns the best model and
+    epochs run.
 
     A fraction ``settings.holdout_fraction`` of (x, y) is held out (seeded permutation); after
     each epoch the hold-out accuracy is measured and training stops once it has not improved for
@@ -239,7 +243,7 @@ def downstream_utility(
 ) -> dict[str, float]:
     """Accuracy on the real test split of classifiers trained on labelled synthetic data.
 
-    Paper 002 §D.2 ("train on synthetic, test on real"): for each classifier f trained on
+    Cao et al. 2021, §D.2 ("train on synthetic, test on real"): for each classifier f trained on
     {(x̃ᵢ, ỹᵢ)}, report acc(f) = (1/N_test) Σⱼ 1[f(xⱼ) = yⱼ] on the real test split
     (the paper's error rate is 1 − acc).
 

@@ -1,8 +1,8 @@
 """Exact 2-Wasserstein distance between generated and raw samples, on subsamples.
 
-Paper 001 §IV-C reports W₂(P_G(Z), P_X) where the target P_X is approximated by the empirical
-distribution of the *non-privatized* data (train, and held-out "test" in §IV-D), computed on
-mini-batches of size 200 with images flattened to 28² = 784-dimensional vectors.
+Reshetova et al. 2024, §IV-C report W₂(P_G(Z), P_X) where the target P_X is approximated by the
+empirical distribution of the *non-privatized* data (train, and held-out "test" in §IV-D),
+computed on mini-batches of size 200 with images flattened to 28² = 784-dimensional vectors.
 
 For two uniform empirical measures with the same number of atoms,
 μ = (1/n) Σᵢ δ_{xᵢ} and ν = (1/n) Σⱼ δ_{yⱼ}, the optimal transport plan is a permutation
@@ -26,7 +26,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_positive_int
+from lightning_dpot.checks import check_positive_int
 
 __all__ = ["w2_distance", "subsampled_w2"]
 
@@ -84,7 +84,8 @@ def subsampled_w2(
     repeats: int = 10,
     generator: torch.Generator | None = None,
 ) -> tuple[float, float]:
-    """Mean and standard error of exact W₂ over random equal-size subsamples (001 §IV-C).
+    """Mean and standard error of exact W₂ over random equal-size subsamples
+    (Reshetova et al. 2024, §IV-C).
 
     For r = 1..R, draw index sets I_r ⊂ {1..n_x} and J_r ⊂ {1..n_y} of size m = ``subsample``
     uniformly without replacement (independently for x and y) and compute

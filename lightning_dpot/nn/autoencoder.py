@@ -1,17 +1,18 @@
-"""Autoencoders of paper 004 (App. C.1) with ℓ2-normalized latents.
+"""Autoencoders of Sebag et al. 2023 (App. C.1) with ℓ2-normalized latents.
 
 The DP sliced-Wasserstein flow runs in the latent space of an autoencoder trained on public data.
-Its sensitivity bound (Lemma 1, SPEC §7) needs every private latent on the unit ball, so the
-encoders end with ``z = h / ‖h‖₂`` (on the unit sphere, ``‖z‖₂ = 1``). Images are in the data's
-declared range ``[-1, 1]``; the paper's decoders end with a sigmoid (``[0, 1]``), mapped here to
-``[-1, 1]`` by ``2·sigmoid − 1`` so that the decoder's output is in the data's domain.
+Its sensitivity bound (Sebag et al. 2023, Lemma 1; see docs/dpswflow.md) needs every private
+latent on the unit ball, so the encoders end with ``z = h / ‖h‖₂`` (on the unit sphere,
+``‖z‖₂ = 1``). Images are in the data's declared range ``[-1, 1]``; the paper's decoders end with
+a sigmoid (``[0, 1]``), mapped here to ``[-1, 1]`` by ``2·sigmoid − 1`` so that the decoder's
+output is in the data's domain.
 
 * :class:`ConvAutoencoder32` — 32×32 (MNIST / Fashion-MNIST padded from 28×28), latent 8, the
-  architecture of Liutkus et al. (2019) used by paper 004: encoder convs (out, kernel, stride,
-  padding) = (3,3,1,1), (32,4,2,0), (32,3,1,1), (32,3,1,1) + ReLU, linear to the bottleneck,
+  architecture of Liutkus et al. (2019) used by Sebag et al. 2023: encoder convs (out, kernel,
+  stride, padding) = (3,3,1,1), (32,4,2,0), (32,3,1,1), (32,3,1,1) + ReLU, linear to the bottleneck,
   normalise; decoder linear to 8192 = 32×16×16, convs (32,3,1,1), (32,3,1,1), a transposed conv
-  (32,2,2,0) that upsamples 16→32 (the paper lists it among "convolution layers"; a plain conv
-  with stride 2 would give 8×8), then a (C,3,1,1) conv; ReLU after each but the last, sigmoid.
+  (32,2,2,0) that upsamples 16→32 (the paper lists it among "convolution layers"; a plain conv with
+  stride 2 would give 8×8), then a (C,3,1,1) conv; ReLU after each but the last, sigmoid.
 * :class:`DCGANAutoencoder64` — 64×64 CelebA, DCGAN-style: encoder convs (64,3,1,1),
   (128,4,2,1), (256,4,2,1), (512,4,2,1) + LeakyReLU(0.2), linear, normalise; decoder transposed
   convs (512,4,1,0), (256,4,2,1), (128,4,2,1), (64,4,2,1) each + LeakyReLU + BatchNorm (the
@@ -70,7 +71,7 @@ class _Reshape(nn.Module):
 
 
 class ConvAutoencoder32(Autoencoder):
-    """Paper 004 App. C.1 autoencoder for ``channels × 32 × 32`` images (module docstring).
+    """Sebag et al. 2023, App. C.1 autoencoder for ``channels × 32 × 32`` images (module docstring).
 
     Args:
         latent_dim: bottleneck size d (paper: 8).
@@ -111,7 +112,7 @@ class ConvAutoencoder32(Autoencoder):
 
 
 class DCGANAutoencoder64(Autoencoder):
-    """Paper 004 App. C.1 DCGAN-style autoencoder for ``channels × 64 × 64`` (CelebA).
+    """Sebag et al. 2023, App. C.1 DCGAN-style autoencoder for ``channels × 64 × 64`` (CelebA).
 
     Args:
         latent_dim: bottleneck size d.
@@ -159,7 +160,7 @@ class DCGANAutoencoder64(Autoencoder):
 
 
 class DecoderGenerator(nn.Module):
-    """A generator with the decoder's architecture (the DPSWgen baseline of paper 004 §5):
+    """A generator with the decoder's architecture (the DPSWgen baseline of Sebag et al. 2023, §5):
     ``u ~ N(0, I_latent_dim) → image in [-1, 1]``, a fresh, independently initialised decoder.
 
     Args:

@@ -1,15 +1,16 @@
-"""DCGAN generators (Radford, Metz, Chintala 2015) as used in papers 001 and 002.
+"""DCGAN generators (Radford, Metz, Chintala 2015) as used in Reshetova et al. 2024 and
+Cao et al. 2021.
 
-- :class:`DCGANGenerator`: the image generator of paper 001 §IV-B (latent 100, tanh output),
-  with a switch to remove batch normalization (001 §IV-F), for any image side of the form
+- :class:`DCGANGenerator`: the image generator of Reshetova et al. 2024, §IV-B (latent 100, tanh
+  output), with a switch to remove batch normalization (§IV-F), for any image side of the form
   s = base·2^k (28 = 7·2², 32 = 4·2³, 64 = 4·2⁴).
-- :class:`ConditionalDCGANGenerator`: the class-conditional generator of DP-Sinkhorn (paper 002
-  App. D.3): latent 12 + class embedding 4 → 256×7×7 → [128, 64, 1] channels.
+- :class:`ConditionalDCGANGenerator`: the class-conditional generator of DP-Sinkhorn
+  (Cao et al. 2021, App. D.3): latent 12 + class embedding 4 → 256×7×7 → [128, 64, 1] channels.
 
 The latent distribution belongs to the training module (``latent_range`` of
-:class:`~lightning_dpot.methods.base`): paper 001 uses Unif[0, 1]^100 for the DCGAN, and the
-official DP-Sinkhorn code draws Unif[0, 1]^12 (``torch.rand``). Each generator records the
-paper's choice in ``paper_latent_range`` and its input size in ``latent_dim``.
+:class:`~lightning_dpot.methods.base`): Reshetova et al. 2024 use Unif[0, 1]^100 for the DCGAN,
+and the official DP-Sinkhorn code draws Unif[0, 1]^12 (``torch.rand``). Each generator records
+the paper's choice in ``paper_latent_range`` and its input size in ``latent_dim``.
 
 Every forward returns images of shape (B, C, H, W) in [−1, 1] (tanh output), matching the
 declared bounds of the image sources in :mod:`lightning_dpot.data.images`.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lightning_dpot.privacy.validation import check_positive_int
+from lightning_dpot.checks import check_positive_int
 
 
 def dcgan_init(module: nn.Module) -> None:
@@ -87,15 +88,15 @@ def dcgan_base_size(image_size: int) -> tuple[int, int]:
 class DCGANGenerator(nn.Module):
     """DCGAN generator z ∈ R^latent_dim → image (channels, image_size, image_size) in [−1, 1].
 
-    Architecture (Radford et al. 2015, the generator of paper 001 §IV-B), with
+    Architecture (Radford et al. 2015, the generator of Reshetova et al. 2024, §IV-B), with
     ``image_size = base · 2^k`` (:func:`dcgan_base_size`) and h = ``hidden_channels``:
 
         z (latent_dim×1×1) → ConvT(kernel base) → h·2^(k−1) × base × base
           → k−1 × [ConvT(4, stride 2, pad 1), halving channels] → h × s/2 × s/2
           → ConvT(4, stride 2, pad 1) → channels × s × s → tanh,
 
-    each hidden ConvT followed by BatchNorm2d (unless ``batch_norm=False``, paper 001 §IV-F:
-    "we removed the batch normalization layers") and ReLU. Defaults give, for 28×28 MNIST,
+    each hidden ConvT followed by BatchNorm2d (unless ``batch_norm=False``, Reshetova et al. 2024,
+    §IV-F: "we removed the batch normalization layers") and ReLU. Defaults give, for 28×28 MNIST,
     100 → 256×7×7 → 128×14×14 → 1×28×28, and for 64×64 the original DCGAN
     100 → 1024×4×4 → 512×8×8 → 256×16×16 → 128×32×32 → 3×64×64.
 
@@ -103,7 +104,7 @@ class DCGANGenerator(nn.Module):
     generator never sees data) but makes a sample depend on its batch in training mode.
 
     Args:
-        latent_dim: size of z (paper 001: 100, with z ~ Unif[0, 1]^100).
+        latent_dim: size of z (Reshetova et al. 2024: 100, with z ~ Unif[0, 1]^100).
         image_size: side s of the square output (28, 32, 64, …: any even s ≥ 8).
         channels: output channels (1 grayscale, 3 RGB).
         hidden_channels: channels h of the last hidden feature map (doubling towards the input).
@@ -146,7 +147,7 @@ class DCGANGenerator(nn.Module):
 
 
 class ConditionalDCGANGenerator(nn.Module):
-    """Class-conditional DCGAN of DP-Sinkhorn (paper 002 App. D.3), (z, label) → image.
+    """Class-conditional DCGAN of DP-Sinkhorn (Cao et al. 2021, App. D.3), (z, label) → image.
 
     The label's learned embedding (``embed_dim``) is concatenated to z and fed to four
     transposed convolutions:

@@ -1,4 +1,4 @@
-"""Fully connected generators (paper 001 §IV-A and §IV-C)."""
+"""Fully connected generators (Reshetova et al. 2024, §IV-A and §IV-C)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from torch import Tensor, nn
 class MLPGenerator(nn.Module):
     """z ∈ R^latent_dim → record of shape ``output_shape``, ReLU hidden layers, linear output.
 
-    Paper settings: 2-D manifolds use ``hidden=(256, 256)`` (001 §IV-A); the W2-vs-n study uses
-    ``hidden=(500, 500)`` with a 2-D latent (001 §IV-C). ``output_activation="tanh"`` bounds the
-    output to [−1, 1] for image data.
+    Settings of Reshetova et al. 2024: 2-D manifolds use ``hidden=(256, 256)`` (§IV-A); the
+    W2-vs-n study uses ``hidden=(500, 500)`` with a 2-D latent (§IV-C).
+    ``output_activation="tanh"`` bounds the output to [−1, 1] for image data.
     """
 
     def __init__(

@@ -10,7 +10,7 @@ Each cost is given twice, as the same function:
   O(N + M)-memory backends (:mod:`lightning_dpot.ot.keops`).
 
 The costs are exact: ‖x − y‖₂² (not geomloss' ½‖x − y‖²) and ‖x − y‖₁ (not the Euclidean norm
-geomloss uses for p = 1), see SPEC §4.
+geomloss uses for p = 1); see docs/design.md#entropic-p-wgan.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_nonnegative
+from lightning_dpot.checks import check_nonnegative
 
 
 def l1_cost(x: Tensor, y: Tensor) -> Tensor:
@@ -76,7 +76,8 @@ class GroundCost:
 
 
 class LpCost(GroundCost):
-    """C_ij = ‖x_i − y_j‖_p^p for p ∈ {1, 2} (paper 001: p = 1 ↔ Laplace, p = 2 ↔ Gaussian)."""
+    """C_ij = ‖x_i − y_j‖_p^p for p ∈ {1, 2} (Reshetova et al. 2024: p = 1 ↔ Laplace,
+    p = 2 ↔ Gaussian)."""
 
     translation_invariant = True
 
@@ -95,7 +96,8 @@ class LpCost(GroundCost):
 
 
 class MixedL2L1Cost(GroundCost):
-    """C_ij = ‖x_i − y_j‖₂² + m·‖x_i − y_j‖₁ (paper 002 §5, App. D.3: m = 1 MNIST, 3 Fashion).
+    """C_ij = ‖x_i − y_j‖₂² + m·‖x_i − y_j‖₁ (Cao et al. 2021, §5, App. D.3: m = 1 MNIST,
+    3 Fashion).
 
     Args:
         l1_weight: m ≥ 0, the weight of the ℓ1 part.

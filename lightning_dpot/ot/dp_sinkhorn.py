@@ -1,6 +1,6 @@
-r"""The semi-debiased Sinkhorn loss of DP-Sinkhorn (paper 002 §4.2, Def. 4.3, App. C–D.3).
+r"""The semi-debiased Sinkhorn loss of DP-Sinkhorn (Cao et al. 2021, §4.2, Def. 4.3, App. C–D.3).
 
-Ground cost (paper 002 §5 "Architectures & Hyperparameters", App. D.3)::
+Ground cost (Cao et al. 2021, §5 "Architectures & Hyperparameters", App. D.3)::
 
     c_m(x, y) = ‖x − y‖₂² + m · ‖x − y‖₁            (m = 1 MNIST, m = 3 Fashion-MNIST),
 
@@ -43,9 +43,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lightning_dpot.checks import check_nonnegative, check_positive
 from lightning_dpot.ot.costs import MixedL2L1Cost
 from lightning_dpot.ot.sinkhorn import Backend, EntropicSolver, SinkhornInfo
-from lightning_dpot.privacy.validation import check_nonnegative, check_positive
 
 __all__ = [
     "MixedL2L1Cost",

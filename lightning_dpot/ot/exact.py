@@ -1,4 +1,4 @@
-"""Unregularized minibatch OT (paper 001 eq. 1 / eq. 13).
+"""Unregularized minibatch OT (Reshetova et al. 2024, eq. 1 / eq. 13).
 
 For two uniform batches of equal size the optimal plan is a permutation (Birkhoff–von Neumann),
 found exactly by the assignment solver (Jonker–Volgenant, ``scipy.optimize.linear_sum_assignment``):
@@ -30,7 +30,7 @@ class ExactOT(nn.Module):
         super().__init__()
         self.p, self.max_exact_batch = p, max_exact_batch
         self.cost = lp_cost(p)
-        self._fallback = EntropicOT(p, reg=(0.01 * diameter) ** p, diameter=diameter)
+        self._fallback = EntropicOT(p, entropic_reg=(0.01 * diameter) ** p, diameter=diameter)
         self._warned = False
         self.last_info: SinkhornInfo | None = None
 

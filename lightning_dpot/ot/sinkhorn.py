@@ -82,6 +82,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lightning_dpot.checks import check_positive, check_positive_int
 from lightning_dpot.ot.costs import GroundCost, LpCost
 from lightning_dpot.ot.expansion import (
     CHUNK_ELEMENTS,
@@ -109,7 +110,6 @@ from lightning_dpot.ot.newton import (
     semi_dual_potential,
     semi_dual_value,
 )
-from lightning_dpot.privacy.validation import check_positive, check_positive_int
 
 Backend = Literal["auto", "tensorized", "newton", "online", "multiscale"]
 BACKENDS = ("auto", "tensorized", "newton", "online", "multiscale")
@@ -296,7 +296,7 @@ class EntropicSolver:
     Args:
         cost: the ground cost (dense and KeOps forms).
         p: the exponent of the cost's scale (distances^p): sets ε₀ = diameter^p and the ratio.
-        reg: λ > 0, in cost units.
+        entropic_reg: λ > 0, in cost units.
         diameter: public bound on the distances, so that diameter^p ≥ max C.
         scaling: ε-scaling ratio in (0, 1); the ratio per annealing step is scaling^p.
         tol: tolerance on ‖π1 − a‖₁ at ε = λ.
@@ -314,13 +314,31 @@ class EntropicSolver:
         fixed_budget: solve with ``newton``'s fixed work only and return no
             :class:`SinkhornInfo`: nothing about a solve on private records (a stopping test, an
             iteration count, a marginal error) is computed.
+
+    Raises:
+        ValueError: naming the parameter: an unknown ``backend``, ``fixed_budget`` with a
+            backend other than ``auto``/``newton``, ``scaling`` outside (0, 1), ``tol`` outside
+            (0, 2), or an ``entropic_reg``, ``diameter``, ``max_iter``, ``truncate``,
+            ``cluster_scale`` or ``dense_memory_limit`` that is not > 0. At a solve: clouds
+            that are not ``(N, D)`` and ``(M, D)`` with N, M ≥ 1, or ``multiscale`` with D > 3.
+        RuntimeError: at a solve, ``online`` or ``multiscale`` named explicitly without a
+            working KeOps (``auto`` falls back to ``tensorized``).
+
+    Example::
+
+        import torch
+        from lightning_dpot.ot import EntropicSolver, lp_cost
+
+        solver = EntropicSolver(lp_cost(2), p=2, entropic_reg=0.05, diameter=1.5)
+        x, y = torch.rand(200, 2), torch.rand(150, 2)  # unit square: distances ≤ √2 ≤ 1.5
+        value, info = solver(x, y)  # W_{c,λ}(x, y) and the SinkhornInfo of the solve
     """
 
     def __init__(
         self,
         cost: GroundCost,
         p: int,
-        reg: float,
+        entropic_reg: float,
         diameter: float,
         scaling: float = 0.9,
         tol: float = 1e-3,
@@ -345,7 +363,7 @@ class EntropicSolver:
         if not 0.0 < tol < 2.0:
             raise ValueError(f"tol must lie in (0, 2) (a bound on ‖π1 − a‖₁), got {tol!r}")
         self.cost, self.p = cost, p
-        self.reg = check_positive("entropic_reg", reg)
+        self.entropic_reg = check_positive("entropic_reg", entropic_reg)
         self.diameter = check_positive("diameter", diameter)
         self.scaling, self.tol = float(scaling), float(tol)
         self.max_iter = check_positive_int("max_iter", max_iter)
@@ -384,7 +402,7 @@ class EntropicSolver:
         device = torch.device(device)
         fits_dense = 3 * n * m * itemsize <= self.dense_limit(device)
         small = min(n, m) <= NEWTON_MAX_POINTS and 8 * n * m <= self.dense_limit(device)
-        if small and self.reg <= NEWTON_MAX_RATIO * self.diameter**self.p:
+        if small and self.entropic_reg <= NEWTON_MAX_RATIO * self.diameter**self.p:
             return "newton"
         if device.type == "cpu" and self._laplace(dim) and n * m >= LAPLACE_MIN_PAIRS:
             return "multiscale"  # the exact ℓ1 kernel: plain torch, no KeOps needed
@@ -497,8 +515,8 @@ class EntropicSolver:
         """One solve on ``backend``; ``grids`` (multiscale only: :meth:`_taylor_grids`) selects
         the Taylor kernel, ``laplace`` (:meth:`_laplace_applies`) the exact ℓ1 kernel of
         :meth:`_laplace_start`."""
-        eps_list = epsilon_schedule(self.diameter, self.reg, self.p, self.scaling)
-        eps = self.reg
+        eps_list = epsilon_schedule(self.diameter, self.entropic_reg, self.p, self.scaling)
+        eps = self.entropic_reg
         log_a = x.new_full((x.shape[0],), -math.log(x.shape[0]))
         log_b = x.new_full((y.shape[0],), -math.log(y.shape[0]))
         with torch.no_grad():
@@ -551,21 +569,21 @@ class EntropicSolver:
             cost = self.cost(x, y).double()
             # The Hessian is M × M: solve for the smaller side.
             costs.append(cost.T if cost.shape[1] > cost.shape[0] else cost)
-        eps0 = max(self.diameter**self.p, self.reg)
+        eps0 = max(self.diameter**self.p, self.entropic_reg)
         if len(costs) > 1 and len({cost.shape for cost in costs}) == 1:
             stacked = torch.stack([cost.detach() for cost in costs])
-            potentials = list(semi_dual_potential(stacked, eps0, self.reg))
+            potentials = list(semi_dual_potential(stacked, eps0, self.entropic_reg))
         else:
-            potentials = [semi_dual_potential(cost, eps0, self.reg) for cost in costs]
+            potentials = [semi_dual_potential(cost, eps0, self.entropic_reg) for cost in costs]
         out: list[tuple[Tensor, SinkhornInfo | None]] = []
         for (x, _), cost, g in zip(pairs, costs, potentials, strict=True):
             if self.fixed_budget:
-                out.append((semi_dual_value(cost, g, self.reg).to(x.dtype), None))
+                out.append((semi_dual_value(cost, g, self.entropic_reg).to(x.dtype), None))
                 continue
-            g, steps, error = refine(cost, g, self.reg, self.tol, self.max_iter)
+            g, steps, error = refine(cost, g, self.entropic_reg, self.tol, self.max_iter)
             info = SinkhornInfo(
                 backend="newton",
-                annealing_steps=len(halving_schedule(eps0, self.reg)) - 1,
+                annealing_steps=len(halving_schedule(eps0, self.entropic_reg)) - 1,
                 iterations=FINAL_STEPS + steps,
                 marginal_error=error,
                 tolerance=self.tol,
@@ -574,7 +592,7 @@ class EntropicSolver:
                 kernel_error=0.0,
             )
             self._warn_if_not_converged(info)
-            out.append((semi_dual_value(cost, g, self.reg).to(x.dtype), info))
+            out.append((semi_dual_value(cost, g, self.entropic_reg).to(x.dtype), info))
         return out
 
     def _warn_if_not_converged(self, info: SinkhornInfo) -> None:
@@ -583,8 +601,9 @@ class EntropicSolver:
         self._warned_not_converged = True
         warnings.warn(
             f"{info.backend} solve did not reach tol={self.tol:g} in max_iter={self.max_iter} "
-            f"steps at λ={self.reg:g} (‖π1 − a‖₁ = {info.marginal_error:.3g}); raise max_iter or "
-            "tol, or check that diameter bounds the data. Reported once; every solve is logged",
+            f"steps at λ={self.entropic_reg:g} (‖π1 − a‖₁ = {info.marginal_error:.3g}); raise "
+            "max_iter or tol, or check that diameter bounds the data. Reported once; every solve "
+            "is logged",
             stacklevel=4,
         )
 
@@ -666,10 +685,10 @@ class EntropicSolver:
         if not (self.taylor and isinstance(self.cost, LpCost) and self.cost.p == 2):
             return None
         rho, order, finfo = self.tol / 10, order_for(x.shape[1]), torch.finfo(x.dtype)
-        if rho < 100 * finfo.eps or (2 / self.reg) ** (order + 1) > finfo.max / 1e4:
+        if rho < 100 * finfo.eps or (2 / self.entropic_reg) ** (order + 1) > finfo.max / 1e4:
             return None
         x, y = x.detach(), y.detach()
-        side = expansion_side(self.reg, x.shape[1], rho, order)
+        side = expansion_side(self.entropic_reg, x.shape[1], rho, order)
         if not (Grid.fits(x, side) and Grid.fits(y, side)):
             return None
         grid_x, grid_y = Grid(x, side), Grid(y, side)
@@ -688,9 +707,10 @@ class EntropicSolver:
         fc = torch.zeros_like(log_ac)
         gc = coarse.softmin_y(eps_list[0], log_ac)
         fc, gc = _anneal(coarse, log_ac, log_bc, fc, gc, eps_list)
-        if eps_list[-1] == self.reg:
+        if eps_list[-1] == self.entropic_reg:
+            reg, tol, max_iter = self.entropic_reg, self.tol, self.max_iter
             _, fc, gc, _, _ = _converge(
-                coarse, log_ac, log_bc, fc, gc, self.reg, self.tol, self.max_iter, grad=False
+                coarse, log_ac, log_bc, fc, gc, reg, tol, max_iter, grad=False
             )
         return fc, gc, coarse
 

@@ -1,6 +1,6 @@
 """Sliced and Gaussian-smoothed sliced Wasserstein distances, and the DP sliced-Wasserstein flow.
 
-Notation (paper 004, §2.2 and §4). Records and particles are rows of ``x ∈ R^{n×d}``; the
+Notation (Sebag et al. 2023, §2.2 and §4). Records and particles are rows of ``x ∈ R^{n×d}``; the
 ``N_θ`` directions are the rows of ``theta ∈ R^{N_θ×d}``, each on the unit sphere S^{d-1}.
 The projection of ``x`` on ``θ_j`` is ``⟨x, θ_j⟩``; all directions are handled at once as the
 matrix ``x θᵀ ∈ R^{n×N_θ}`` (column ``j`` = the 1-D sample along ``θ_j``). Nothing here loops over
@@ -13,7 +13,7 @@ directions in Python; every function works on any device and floating dtype.
   ``G_σSW_p^p(μ, ν) = ∫ W_p^p(θ#μ * N(0, σ²), θ#ν * N(0, σ²)) dθ``; empirically, each projected
   sample receives its own N(0, σ²) draw. ``σ`` is in the units of the data (a standard deviation,
   not a variance). The private release of the data is exactly such noisy projections,
-  ``XΘᵀ + Z`` (eq. 23; see :mod:`lightning_dpot.privacy.sliced_sensitivity`).
+  ``XΘᵀ + Z`` (eq. 23; see :mod:`lightning_dpot.methods.dpsw.sensitivity`).
 * The particle flow (eqs. 17–21) moves particles along the gradient of
   ``½ G_σSW_2^2(·, ν) + λ H(·)`` (eq. 12) with the Euler–Maruyama step
   ``X_{k+1} = X_k + h v̂_k(X_k) + sqrt(2λh) ξ``.
@@ -32,12 +32,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.secure_rng import NoiseSource, standard_normal
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_nonnegative,
     check_positive,
     check_positive_int,
 )
+from lightning_dpot.rng import NoiseSource, standard_normal
 
 DriftEvaluation = Literal["noisy", "projection"]
 
@@ -122,7 +122,7 @@ def _standard_normal_like(t: Tensor, generator: NoiseSource | None) -> Tensor:
 def noisy_projections(
     x: Tensor,
     theta: Tensor,
-    noise_sigma: float,
+    noise_scale: float,
     generator: NoiseSource | None = None,
 ) -> Tensor:
     """Gaussian-smoothed projections ``x θᵀ + σ Z`` with ``Z`` i.i.d. N(0, 1) (eq. 23's form).
@@ -130,23 +130,23 @@ def noisy_projections(
     Each entry gets its own draw, so column ``j`` is a sample of ``θ_j#μ * N(0, σ²)``. This is the
     plain operation on public quantities (e.g. the particles); the private release of data, which
     checks the norm bound its sensitivity needs, is
-    :func:`lightning_dpot.privacy.sliced_sensitivity.gaussian_sliced_release`.
+    :func:`lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`.
 
     Args:
         x: ``(n, d)`` samples.
         theta: ``(N_θ, d)`` directions.
-        noise_sigma: the standard deviation ``σ ≥ 0``; ``σ = 0`` returns the plain projections
+        noise_scale: the standard deviation ``σ ≥ 0``; ``σ = 0`` returns the plain projections
             and draws nothing from ``generator``.
         generator: the random stream of ``Z`` (on ``x``'s device).
 
     Returns:
         ``(n, N_θ)``.
     """
-    noise_sigma = check_nonnegative("noise_sigma", noise_sigma)
+    noise_scale = check_nonnegative("noise_scale", noise_scale)
     proj = project(x, theta)
-    if noise_sigma == 0.0:
+    if noise_scale == 0.0:
         return proj
-    return proj + noise_sigma * _standard_normal_like(proj, generator)
+    return proj + noise_scale * _standard_normal_like(proj, generator)
 
 
 def empirical_quantile(sorted_values: Tensor, levels: Tensor) -> Tensor:
@@ -298,7 +298,7 @@ def gaussian_smoothed_sliced_wasserstein(
     x: Tensor,
     y: Tensor,
     theta: Tensor,
-    noise_sigma: float,
+    noise_scale: float,
     generator: torch.Generator | None = None,
     p: float = 2.0,
 ) -> Tensor:
@@ -312,8 +312,8 @@ def gaussian_smoothed_sliced_wasserstein(
         0-d tensor.
     """
     p = _check_p(p)
-    x_noisy = noisy_projections(x, theta, noise_sigma, generator)
-    y_noisy = noisy_projections(y, theta, noise_sigma, generator)
+    x_noisy = noisy_projections(x, theta, noise_scale, generator)
+    y_noisy = noisy_projections(y, theta, noise_scale, generator)
     return wasserstein_1d_cost(x_noisy, y_noisy, p=p).mean().pow(1.0 / p)
 
 
@@ -321,7 +321,7 @@ def dp_sliced_wasserstein_loss(
     generated: Tensor,
     target_projections_noisy: Tensor,
     theta: Tensor,
-    noise_sigma: float,
+    noise_scale: float,
     generator: torch.Generator | None = None,
     p: float = 2.0,
 ) -> Tensor:
@@ -338,7 +338,7 @@ def dp_sliced_wasserstein_loss(
         generated: ``(n, d)`` generator output (requires grad).
         target_projections_noisy: ``(m, N_θ)`` the released noisy target projections.
         theta: ``(N_θ, d)`` the directions used for the release.
-        noise_sigma: ``σ ≥ 0`` of the release.
+        noise_scale: ``σ ≥ 0`` of the release.
         generator: random stream of the generated side's noise.
         p: exponent ``≥ 1``.
 
@@ -352,7 +352,7 @@ def dp_sliced_wasserstein_loss(
             f"target_projections_noisy has {target_projections_noisy.shape[1]} columns but theta "
             f"has {theta.shape[0]} directions; they must match"
         )
-    generated_noisy = noisy_projections(generated, theta, noise_sigma, generator)
+    generated_noisy = noisy_projections(generated, theta, noise_scale, generator)
     return wasserstein_1d_cost(generated_noisy, target_projections_noisy, p=p).mean()
 
 
@@ -370,13 +370,13 @@ def sliced_flow_drift(
     particles: Tensor,
     target_projections_noisy: Tensor,
     theta: Tensor,
-    noise_sigma: float,
+    noise_scale: float,
     generator: torch.Generator | None = None,
     *,
     evaluate_at: DriftEvaluation = "noisy",
     target_sorted: bool = False,
 ) -> Tensor:
-    """Monte Carlo drift ``v̂(x)`` of the Gaussian-smoothed SW flow (paper 004, eqs. 19–21).
+    """Monte Carlo drift ``v̂(x)`` of the Gaussian-smoothed SW flow (Sebag et al. 2023, eqs. 19–21).
 
     ``v̂(x) = −(1/N_θ) Σ_j ψ_j'(z_j) θ_j`` (eq. 20), with (eq. 21)
     ``ψ_j'(z) = z − F̃_{ν,j}^{-1}(F̃_{μ,j}(z))``, where
@@ -408,7 +408,7 @@ def sliced_flow_drift(
         particles: ``(n, d)``, ``n ≥ 2``.
         target_projections_noisy: ``(m, N_θ)`` released target projections (column ``j`` ↔ ``θ_j``).
         theta: ``(N_θ, d)`` unit directions.
-        noise_sigma: ``σ ≥ 0``, the release's noise level.
+        noise_scale: ``σ ≥ 0``, the release's noise level.
         generator: random stream of the particles' projection noise.
         evaluate_at: ``"noisy"`` or ``"projection"``, see above.
         target_sorted: ``True`` when every column of ``target_projections_noisy`` is already
@@ -419,7 +419,7 @@ def sliced_flow_drift(
     Returns:
         ``(n, d)`` drift ``v̂(X^i)``.
     """
-    noise_sigma = check_nonnegative("noise_sigma", noise_sigma)
+    noise_scale = check_nonnegative("noise_scale", noise_scale)
     if evaluate_at not in ("noisy", "projection"):
         raise ValueError(f"evaluate_at must be 'noisy' or 'projection', got {evaluate_at!r}")
     _check_matrix("target_projections_noisy", target_projections_noisy)
@@ -434,7 +434,7 @@ def sliced_flow_drift(
         )
     # Same draws (layout (n, N_θ)) as noisy_projections and dp_sliced_wasserstein_loss.
     proj = project(particles, theta)
-    noisy = proj + noise_sigma * _standard_normal_like(proj, generator) if noise_sigma else proj
+    noisy = proj + noise_scale * _standard_normal_like(proj, generator) if noise_scale else proj
     proj, noisy = proj.transpose(0, 1), noisy.transpose(0, 1).contiguous()  # (N_θ, n)
     if evaluate_at == "noisy":
         z = noisy
@@ -454,14 +454,14 @@ def sliced_flow_step(
     target_projections_noisy: Tensor,
     theta: Tensor,
     step_size: float,
-    noise_sigma: float,
+    noise_scale: float,
     diffusion: float,
     generator: torch.Generator | None = None,
     *,
     evaluate_at: DriftEvaluation = "noisy",
     target_sorted: bool = False,
 ) -> Tensor:
-    """One Euler–Maruyama step of the DP sliced-Wasserstein flow (paper 004, eqs. 17–18).
+    """One Euler–Maruyama step of the DP sliced-Wasserstein flow (Sebag et al. 2023, eqs. 17–18).
 
     ``X^i_{k+1} = X^i_k + h v̂_k(X^i_k) + sqrt(2λh) ξ^i``, ``ξ^i ~ N(0, I_d)``, with ``v̂_k`` from
     :func:`sliced_flow_drift` (eq. 18 as printed omits the ``X^i_k +``; Algorithm 2, line 9, and
@@ -476,7 +476,7 @@ def sliced_flow_step(
         target_projections_noisy: ``(m, N_θ)`` released target projections.
         theta: ``(N_θ, d)`` unit directions.
         step_size: ``h > 0``.
-        noise_sigma: ``σ ≥ 0`` (same as the release).
+        noise_scale: ``σ ≥ 0`` (same as the release).
         diffusion: ``λ ≥ 0``, the entropic regularisation strength of eq. 12.
         generator: the random stream.
         evaluate_at, target_sorted: see :func:`sliced_flow_drift`.
@@ -490,7 +490,7 @@ def sliced_flow_step(
         particles,
         target_projections_noisy,
         theta,
-        noise_sigma,
+        noise_scale,
         generator,
         evaluate_at=evaluate_at,
         target_sorted=target_sorted,

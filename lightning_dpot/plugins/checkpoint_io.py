@@ -27,6 +27,7 @@ import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
 
 __all__ = ["AtomicCheckpointIO"]
 
@@ -38,6 +39,7 @@ def _is_local(path: str | Path) -> bool:
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose local saves are atomic (module docstring)."""
 
+    @override
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
     ) -> None:
@@ -74,6 +76,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         finally:
             os.close(dir_fd)
 
+    @override
     def load_checkpoint(
         self,
         path: str | Path,

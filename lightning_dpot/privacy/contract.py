@@ -8,8 +8,8 @@ The flow, in one line per part::
   (σ, sensitivity), performs the release, and emits one typed event
   (:mod:`lightning_dpot.privacy.events`) per call into its ``events`` log. It declares the event
   each call emits as ``event`` (``None`` when not private) and what the report needs as
-  ``facts()``. The package has two: :class:`~lightning_dpot.privacy.gradient_sanitizer.
-  GradientSanitizer` (DP-Sinkhorn) and :class:`~lightning_dpot.privacy.sliced_release.
+  ``facts()``. The package has two: :class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.
+  GradientSanitizer` (DP-Sinkhorn) and :class:`~lightning_dpot.methods.dpsw.sliced_release.
   SlicedGaussianRelease` (the DPSW methods).
 * A **method** subclasses :class:`ReleasesPrivateData` and names its release objects in
   :meth:`~ReleasesPrivateData.privacy_releases`. That is all it must write; the mixin derives
@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lightning_dpot.privacy.events import EventLog, PrivacyEvent, SubsampledGaussianStep
 
 __all__ = [
+    "PrivacyUpdate",
     "Release",
     "ReleasesPrivateData",
     "check_fixed_accumulation",
@@ -61,8 +63,47 @@ class Release(Protocol):
         """Sensitivity, noise source and mechanism facts for the report (plain JSON types)."""
 
 
+@dataclass(frozen=True)
+class PrivacyUpdate:
+    """Everything the accountant reads from a module at one point of training, in one call
+    (:meth:`ReleasesPrivateData.privacy_update`): after every training batch, and at the start
+    and the end of training.
+
+    Attributes:
+        events: the events the release objects emitted since the last update (drained).
+        releases_emitted: every release of the run so far, restored checkpoints included; the
+            accountant refuses to go on if it composed a different number.
+        next_events: the events one more training batch will emit (the budget's look-ahead).
+        module: the module's class name, for messages.
+    """
+
+    events: tuple[PrivacyEvent, ...]
+    releases_emitted: int
+    next_events: tuple[PrivacyEvent, ...]
+    module: str
+
+
 class ReleasesPrivateData:
-    """Mixin for a LightningModule whose training touches private data (module docstring)."""
+    """Mixin for a LightningModule whose training touches private data (module docstring).
+
+    Raises:
+        NotImplementedError: from :meth:`privacy_releases` when a subclass does not define it.
+        ValueError: from :meth:`privacy_delta` (and what reads it) when the release objects
+            declare different deltas, and from :meth:`check_restored_plan` when a resume would
+            re-calibrate the noise of the checkpoint's releases.
+
+    Example::
+
+        import lightning as L
+        from lightning_dpot.privacy.contract import ReleasesPrivateData
+
+        class MyMethod(ReleasesPrivateData, L.LightningModule):
+            def __init__(self, sanitizer):  # a release object, e.g. a GradientSanitizer
+                super().__init__()
+                self.sanitizer = sanitizer
+            def privacy_releases(self):
+                return [self.sanitizer]
+    """
 
     #: ε the module calibrated its noise to spend over its planned releases (``None``: the
     #: noise was given). The accountant enforces it as the run's budget.
@@ -105,9 +146,16 @@ class ReleasesPrivateData:
         so that a budget can refuse them before any noise is drawn. Default: none."""
         return []
 
-    def privacy_events(self) -> list[PrivacyEvent]:
-        """The events emitted since the last call (the accountant drains them)."""
-        return [event for release in self.privacy_releases() for event in release.events.drain()]
+    def privacy_update(self) -> PrivacyUpdate:
+        """Drain the release objects' events and say what the next batch will release: the one
+        call the accountant makes per batch."""
+        releases = self.privacy_releases()
+        return PrivacyUpdate(
+            events=tuple(event for release in releases for event in release.events.drain()),
+            releases_emitted=sum(release.events.total for release in releases),
+            next_events=tuple(self.next_step_events()),
+            module=type(self).__name__,
+        )
 
     def releases_emitted(self) -> int:
         """Every release this run made, restored checkpoints included."""
@@ -198,19 +246,20 @@ def require_private(pl_module: object) -> ReleasesPrivateData:
     return pl_module
 
 
-def look_ahead_step(module: ReleasesPrivateData) -> SubsampledGaussianStep | None:
-    """The one (σ, q) step every batch of ``module`` emits, for the budget's look-ahead
-    (``None``: batches emit nothing). Raises ``ValueError`` unless
-    :meth:`~ReleasesPrivateData.next_step_events` are identical
+def look_ahead_step(
+    next_events: Sequence[PrivacyEvent], module: str
+) -> SubsampledGaussianStep | None:
+    """The one (σ, q) step every batch of ``module`` emits, from the events one more batch will
+    emit (:attr:`PrivacyUpdate.next_events`), for the budget's look-ahead (``None``: batches emit
+    nothing). Raises ``ValueError`` unless they are identical
     :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` events."""
-    events = module.next_step_events()
-    distinct = set(events)
+    distinct = set(next_events)
     if not distinct:
         return None
     if len(distinct) > 1 or not isinstance(next(iter(distinct)), SubsampledGaussianStep):
         raise ValueError(
-            f"{type(module).__name__}.next_step_events() must be identical "
-            f"SubsampledGaussianStep events for the budget's look-ahead, got {list(events)!r}"
+            f"{module}.next_step_events() must be identical SubsampledGaussianStep events for "
+            f"the budget's look-ahead, got {list(next_events)!r}"
         )
     return next(iter(distinct))
 

@@ -1,7 +1,7 @@
 """Typed privacy events: what one call of a mechanism on private data released.
 
-A release object (:class:`~lightning_dpot.privacy.gradient_sanitizer.GradientSanitizer`,
-:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`) emits one event per call
+A release object (:class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`,
+:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`) emits one event per call
 into its :class:`EventLog`; the accountant
 (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`) composes exactly the events that
 were emitted. The count is therefore what happened, whatever the loop did around the call
@@ -24,12 +24,12 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from lightning_dpot.privacy.analysis.schemes import POISSON, SAMPLINGS
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_positive,
     check_positive_int,
     check_probability,
 )
+from lightning_dpot.privacy.accounting.analysis.schemes import POISSON, SAMPLINGS
 
 SAMPLING_SCHEMES = tuple(SAMPLINGS)
 
@@ -128,9 +128,10 @@ class EventLog:
     (both saved in checkpoints, so a resumed run continues the count and knows the σ and q of
     every earlier release, whatever its own configuration).
 
-    A ``journal`` (a callable the accountant sets, :meth:`~lightning_dpot.privacy.journal.
-    ReleaseJournal.writer`) records each event durably *inside* :meth:`emit`; a release object
-    emits before it draws its noise, so no noisy output can exist without its event on disk.
+    A ``journal`` (a callable the accountant sets,
+    :meth:`~lightning_dpot.privacy.accounting.journal.ReleaseJournal.writer`) records each event
+    durably *inside* :meth:`emit`; a release object emits before it draws its noise, so no noisy
+    output can exist without its event on disk.
 
     Within one process ``total`` never goes down: loading an older state (Lightning's tuner
     restores its temporary checkpoint after ``lr_find``; ``fit(ckpt_path=...)`` on a module that

@@ -20,12 +20,12 @@ from lightning_dpot.callbacks.privacy_accountant import (
     PrivacyBudgetExceededError,
 )
 from lightning_dpot.data.poisson import poisson_dataloader
-from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
-from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
-from lightning_dpot.privacy.calibration import largest_count_within, max_steps
+from lightning_dpot.privacy.accounting.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.accounting.analysis.schemes import WITHOUT_REPLACEMENT
+from lightning_dpot.privacy.accounting.calibration import largest_count_within, max_steps
+from lightning_dpot.privacy.accounting.journal import ReleaseJournal
 from lightning_dpot.privacy.contract import ReleasesPrivateData, planned_releases
 from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
-from lightning_dpot.privacy.journal import ReleaseJournal
 
 SIGMA, Q, DELTA, TARGET = 2.0, 0.1, 1e-5, 1.5  # 10 Poisson steps per epoch over 100 records
 
@@ -383,7 +383,7 @@ def test_unaccountable_without_replacement_setups_are_refused(tmp_path, module, 
 
 def test_gradient_accumulation_composes_every_micro_batch_release(tmp_path):
     """With accumulate_grad_batches = 2 each optimizer step spans two batches, each of which
-    releases: the accountant composes both (issue 13, item 1) and still stops in budget."""
+    releases: the accountant composes both and still stops in budget."""
     callback = PrivacyAccountantCallback(TARGET, DELTA)
     module = ToyDPModule()
     trainer = make_trainer(tmp_path, [callback], accumulate_grad_batches=2)
@@ -422,7 +422,8 @@ def ten_unaccounted_steps(tmp_path):
 
 
 def test_resume_without_accountant_state_is_refused(tmp_path, ten_unaccounted_steps):
-    """Issue 13, item 4: the earlier steps would go unaccounted; refuse before any step."""
+    """A resume without accountant state would leave the earlier steps unaccounted: refused
+    before any step."""
     module = ToyDPModule()
     trainer = make_trainer(tmp_path, [PrivacyAccountantCallback(TARGET, DELTA)], max_steps=20)
     with pytest.raises(ValueError, match="10 earlier release.*would go unaccounted"):

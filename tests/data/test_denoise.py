@@ -1,4 +1,4 @@
-"""Wavelet-thresholding baseline (paper 001 Fig. 3) with the known noise level."""
+"""Wavelet-thresholding baseline (Reshetova et al. 2024, Fig. 3) with the known noise level."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from lightning_dpot.data.images import (
     split_indices,
 )
 
-# Official MNIST test split (shared/data/README.md).
+# Official MNIST test split (../shared/data/mnist-test; see docs/image_experiments.md).
 MNIST_TEST_MD5 = {
     "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
     "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
@@ -74,7 +74,7 @@ def test_mnist_test_only_split_sizes_labels_and_exact_value_range(mnist_test_onl
     assert (source.low, source.high) == (-1.0, 1.0)
 
 
-def test_mnist_declared_sensitivities_match_paper_001(mnist_test_only):
+def test_mnist_declared_sensitivities_match_reshetova_2024(mnist_test_only):
     source, _ = mnist_test_only
     assert source.dim == 784
     assert source.diameter(1) == pytest.approx(1568.0)  # Δ1 = 2·28²

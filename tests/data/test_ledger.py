@@ -1,4 +1,4 @@
-"""The privacy ledger (issue 13, item 7): every release of the same raw records is recorded,
+"""The privacy ledger: every release of the same raw records is recorded,
 whatever the configuration, preprocessing or cache directory, central-DP runs included; the
 report states the total, and a declared budget is enforced before any noise is drawn; one
 release per multi-node run."""

@@ -21,7 +21,7 @@ from lightning_dpot.data import (
 from lightning_dpot.data.release import Release, keyed_digest, tensor_sha256
 from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.nn import MLPGenerator
-from lightning_dpot.privacy.secure_rng import seeded_generator
+from lightning_dpot.rng import seeded_generator
 
 
 def _dm(tmp_path, **kw):

@@ -69,8 +69,9 @@ class _RecordBatch(Callback):
 
 
 def test_full_batch_ddp_gives_every_rank_the_whole_cached_release(tmp_path):
-    # batch_size=None: paper 001's full-batch training. Lightning's distributed sampler is
-    # left on (the default): each rank must still get all n released records, unshuffled.
+    # batch_size=None: the full-batch training of Reshetova et al. 2024. Lightning's distributed
+    # sampler is left on (the default): each rank must still get all n released records,
+    # unshuffled.
     dm = PrivatizedDataModule(
         HalfCircle(n=300, n_test=20),
         "gaussian",

@@ -16,7 +16,7 @@ from lightning_dpot.data.central import CentralDPDataModule
 from lightning_dpot.data.latent import PrivateLatentDataModule
 from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.data.split import SPLIT_CHECKPOINT_KEY, make_public_private_split
-from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
+from lightning_dpot.methods.dpsw.sliced_release import SlicedGaussianRelease
 
 BAD_VALUES = {"nan": math.nan, "+inf": math.inf, "1e20": 1e20}
 BAD_MESSAGES = {
@@ -174,7 +174,7 @@ def test_valid_records_pass_setup_unchanged(tmp_path):
 
 
 def test_check_records_reports_count_and_first_index_of_image_records():
-    from lightning_dpot.privacy.validation import check_records
+    from lightning_dpot.checks import check_records
 
     images = torch.zeros(5, 1, 4, 4, dtype=torch.uint8)
     check_records(images, 0.0, 255.0)

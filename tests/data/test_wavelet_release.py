@@ -1,6 +1,6 @@
-"""``denoise="wavelet"`` (paper 001 Fig. 3 baseline) is post-processing of the cached release:
-the release and its cache file are unchanged, no noise is redrawn, training reads the denoised
-copy, and the report says so."""
+"""``denoise="wavelet"`` (the baseline of Reshetova et al. 2024, Fig. 3) is post-processing of
+the cached release: the release and its cache file are unchanged, no noise is redrawn, training
+reads the denoised copy, and the report says so."""
 
 import hashlib
 

@@ -1,6 +1,6 @@
-"""DP-Sinkhorn (paper 002, SPEC §6): the sanitizing hook releases what the accountant is told,
-one real record changes only the rows it may change, the budget stops training at the right step
-(also under 2-process DDP), and the configs run through the CLI."""
+"""DP-Sinkhorn (Cao et al. 2021; docs/dp_sinkhorn.md): the sanitizing hook releases what the
+accountant is told, one real record changes only the rows it may change, the budget stops
+training at the right step (also under 2-process DDP), and the configs run through the CLI."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.methods.dp_sinkhorn import DPSinkhorn
 from lightning_dpot.nn.dcgan import ConditionalDCGANGenerator
 from lightning_dpot.ot.dp_sinkhorn import debias_rows
-from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
-from lightning_dpot.privacy.calibration import max_steps
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer, clip_frobenius
+from lightning_dpot.privacy.accounting.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.accounting.calibration import max_steps
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer, clip_frobenius
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs" / "dp_sinkhorn").glob("*.yaml"))
 
@@ -171,7 +171,7 @@ def test_empty_batch_step_releases_noise_and_the_data_free_debias_term(tmp_path:
     The noise on the cross block is N(0, (2Δσ)²): measured std / (2Δ) must equal the multiplier
     of the emitted events — fails if the hook and the accounting drift apart. The debias rows
     carry the (clipped) debias gradient, as with data: released as exact zeros they would tell
-    that the batch was empty (issue 13, item 5)."""
+    that the batch was empty."""
     sigma, clip, n = 0.8, 0.5, 300
     module = tiny_module(noise_multiplier=sigma, clip_norm=clip, num_cross=n)
     capture = _CaptureSanitizer(clip, sigma)
@@ -282,7 +282,7 @@ def _fast_config(config: Path, root: Path, mnist_dir: Path) -> list[str]:
     and the generated batch are shrunk."""
     import yaml
 
-    from lightning_dpot.cli import compose_config
+    from lightning_dpot.config import compose_config
 
     data = compose_config(config)
     source = data["data"]["init_args"]["source"]
@@ -318,7 +318,7 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
     assert report["method"] == "DPSinkhorn"
     assert report["privacy"]["releases"] == 2
     assert report["privacy"]["noise_multiplier"] == 1.5
-    facts = report["privacy"]["module"]  # issue 13, item 8: the seed flags are reported
+    facts = report["privacy"]["module"]  # the seed flags are reported
     assert facts["poisson_seed_is_public"] is False
     assert facts["releases"][0]["noise_seed_is_public"] is False
     assert report["privacy"]["epsilon"] == pytest.approx(
@@ -331,7 +331,8 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
 def test_every_dp_sinkhorn_config_parses_and_runs_two_steps(
     config: Path, tmp_path: Path, mnist_test_dir: Path, capsys
 ):
-    from lightning_dpot.cli import compose_config, main
+    from lightning_dpot.cli import main
+    from lightning_dpot.config import compose_config
 
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(config), "--print_config"])

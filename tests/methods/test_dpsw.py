@@ -1,4 +1,4 @@
-"""DP sliced-Wasserstein flows (paper 004): one release for DPSWFlow, composed releases for
+"""DP sliced-Wasserstein flows (Sebag et al. 2023): one release for DPSWFlow, composed releases for
 DPSWFlowR that match what the accountant is told, the split check, exact resume, and every
 config in configs/dpswflow runs a couple of steps on tiny data."""
 
@@ -15,19 +15,20 @@ import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 import lightning_dpot.methods.dpsw as dpsw
-import lightning_dpot.privacy.sliced_release as sliced_release
+import lightning_dpot.methods.dpsw.sliced_release as sliced_release
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
-from lightning_dpot.cli import compose_config, main
+from lightning_dpot.cli import main
+from lightning_dpot.config import compose_config
 from lightning_dpot.data import GaussianMixture2D, PrivateLatentDataModule
 from lightning_dpot.data.split import SplitMismatchError
 from lightning_dpot.methods import DPSWFlow, DPSWFlowR, DPSWGen
 from lightning_dpot.methods.dpsw.release import STREAM_DIRECTIONS, STREAM_RELEASE
-from lightning_dpot.privacy.analysis.epsilon import subsampled_gaussian_epsilon
-from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
-from lightning_dpot.privacy.gaussian import gaussian_epsilon
-from lightning_dpot.privacy.secure_rng import seeded_generator
-from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
-from lightning_dpot.privacy.sliced_sensitivity import sliced_sensitivity
+from lightning_dpot.methods.dpsw.sensitivity import sliced_sensitivity
+from lightning_dpot.methods.dpsw.sliced_release import SlicedGaussianRelease
+from lightning_dpot.privacy.accounting.analysis.epsilon import subsampled_gaussian_epsilon
+from lightning_dpot.privacy.accounting.analysis.schemes import WITHOUT_REPLACEMENT
+from lightning_dpot.privacy.mechanisms.gaussian import gaussian_epsilon
+from lightning_dpot.rng import seeded_generator
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "dpswflow"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
@@ -82,7 +83,7 @@ def release_spy(monkeypatch):
 
 def test_dpswflow_releases_target_exactly_once_and_epsilon_does_not_grow(tmp_path, release_spy):
     accountant = PrivacyAccountantCallback()  # what dpot fit attaches; δ from the release object
-    model = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_sigma=2.0)
+    model = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_scale=2.0)
     _trainer(tmp_path, 10, [accountant]).fit(model, _toy())
     eps_after_10 = accountant.epsilon()
     assert len(release_spy) == 1 and model.mechanism_calls == 1
@@ -90,7 +91,7 @@ def test_dpswflow_releases_target_exactly_once_and_epsilon_does_not_grow(tmp_pat
     sens = sliced_sensitivity(20, 2, model.release.delta_s, "chernoff")
     assert eps_after_10 == pytest.approx(gaussian_epsilon(2.0, 1e-5, sens))
     later = PrivacyAccountantCallback()
-    model2 = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_sigma=2.0)
+    model2 = DPSWFlow(num_particles=64, num_directions=20, directions_per_step=8, noise_scale=2.0)
     _trainer(tmp_path, 40, [later]).fit(model2, _toy())
     assert model2.mechanism_calls == 1 and later.epsilon() == eps_after_10
     report = later.report()
@@ -103,7 +104,7 @@ def test_dpswflow_releases_target_exactly_once_and_epsilon_does_not_grow(tmp_pat
 
 
 def test_dpswflow_generates_more_samples_for_free(tmp_path, release_spy):
-    model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_sigma=0.0)
+    model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_scale=0.0)
     _trainer(tmp_path, 5).fit(model, _toy())
     samples = model.generate(100, num_steps=5)
     assert samples.shape == (100, 2) and len(release_spy) == 1
@@ -111,7 +112,7 @@ def test_dpswflow_generates_more_samples_for_free(tmp_path, release_spy):
 
 def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy, monkeypatch):
     sigma, steps, n, b = 6.0, 12, 300, 60
-    model = DPSWFlowR(num_particles=64, num_directions=16, noise_sigma=sigma)
+    model = DPSWFlowR(num_particles=64, num_directions=16, noise_scale=sigma)
     callback = PrivacyAccountantCallback(target_epsilon=1e4, delta=1e-5, also_report=("pld",))
     dm = _toy(batch_size=b, n=n)
     drawn: list[torch.Tensor] = []
@@ -163,7 +164,7 @@ def test_dpswflowr_epsilon_grows_as_the_accountant_says(tmp_path, release_spy, m
 def test_dpswflowr_noise_added_matches_reported_multiplier(tmp_path):
     """The empirical std of the released rows' noise equals σ = multiplier·Δ."""
     sigma = 3.0
-    model = DPSWFlowR(num_particles=16, num_directions=200, noise_sigma=sigma)
+    model = DPSWFlowR(num_particles=16, num_directions=200, noise_scale=sigma)
     _trainer(tmp_path, 1).fit(model, _toy(batch_size=300))
     batch = model.batches.batch(0, torch.device("cpu"))
     theta = model.release.directions(2, seeded_generator(0, STREAM_DIRECTIONS, 0))
@@ -184,10 +185,10 @@ def test_release_noise_and_subsets_are_secret_by_default(tmp_path, cls):
     def run(noise_seed=None, data_seed=None):
         if cls == "DPSWFlow":
             model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4,
-                             noise_sigma=0.5, noise_seed=noise_seed)  # fmt: skip
+                             noise_scale=0.5, noise_seed=noise_seed)  # fmt: skip
             dm = _toy(seed=data_seed)
         else:
-            model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=0.5,
+            model = DPSWFlowR(num_particles=16, num_directions=8, noise_scale=0.5,
                               noise_seed=noise_seed)  # fmt: skip
             dm = _toy(batch_size=40, seed=data_seed)
         accountant = PrivacyAccountantCallback()
@@ -215,7 +216,7 @@ def test_release_noise_and_subsets_are_secret_by_default(tmp_path, cls):
 
 
 def test_dpswflowr_refuses_poisson_sampling(tmp_path):
-    model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
+    model = DPSWFlowR(num_particles=16, num_directions=8, noise_scale=1.0)
     with pytest.raises(ValueError, match="batch_size"):
         _trainer(tmp_path, 1).fit(model, _toy(sample_rate=0.2))
 
@@ -229,7 +230,7 @@ def test_dpswflowr_target_epsilon_calibrates_sigma_within_budget(tmp_path):
 
 
 def test_dpswflowr_refuses_more_samples_than_particles(tmp_path):
-    model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
+    model = DPSWFlowR(num_particles=16, num_directions=8, noise_scale=1.0)
     _trainer(tmp_path, 2).fit(model, _toy(batch_size=60))
     assert model.sample(16).shape == (16, 2)
     with pytest.raises(ValueError, match="spends privacy budget"):
@@ -243,8 +244,8 @@ def test_resumed_flow_continues_from_saved_particles(tmp_path, cls, release_spy)
     def make():
         if cls == "DPSWFlow":
             return DPSWFlow(num_particles=48, num_directions=12, directions_per_step=6,
-                            noise_sigma=0.5, diffusion=1e-3, noise_seed=3), _toy()  # fmt: skip
-        return DPSWFlowR(num_particles=48, num_directions=12, noise_sigma=0.5, diffusion=1e-3,
+                            noise_scale=0.5, diffusion=1e-3, noise_seed=3), _toy()  # fmt: skip
+        return DPSWFlowR(num_particles=48, num_directions=12, noise_scale=0.5, diffusion=1e-3,
                          noise_seed=3), _toy(batch_size=90, seed=4)  # fmt: skip
 
     # Uninterrupted run of 14 steps that also checkpoints at step 7 (mid-epoch).
@@ -406,10 +407,10 @@ def test_config_parses_and_runs_two_steps_on_tiny_data(
     config: Path, tmp_path, request, mnist_test_dir
 ):
     loaded = compose_config(config)
-    assert config.read_text().startswith("# Paper 004"), "each config cites the paper first"
+    assert config.read_text().startswith("# Sebag et al. 2023"), "each config cites the paper first"
     cls = loaded["data"]["init_args"]["source"]["class_path"].rsplit(".", 1)[-1]
     if cls == "CelebA":
-        from lightning_dpot.cli import run_lightning
+        from lightning_dpot.training import run_lightning
 
         cli = run_lightning(["--config", str(config), "--trainer.logger=false"], run=False)
         assert cli.model is not None and cli.datamodule is not None
@@ -428,7 +429,7 @@ def test_config_parses_and_runs_two_steps_on_tiny_data(
     main(["fit", "--config", str(path)])
     if "autoencoder" not in loaded["model"]["class_path"].lower():
         path = tmp_path / "run" / "privacy_report.json"
-        private = loaded["model"]["init_args"].get("noise_sigma") != 0
+        private = loaded["model"]["init_args"].get("noise_scale") != 0
         assert path.exists() == private  # every private run is accounted, configured or not
         if private:
             report = json.loads(path.read_text())
@@ -438,13 +439,13 @@ def test_config_parses_and_runs_two_steps_on_tiny_data(
 
 
 def test_toy_flow_sigma0_converges_and_sigma05_ends_between(tmp_path):
-    """Paper 004 §5.4 / Fig. 1: SW to the target falls far below its start with σ = 0; with
+    """Sebag et al. 2023, §5.4 / Fig. 1: SW to the target falls far below its start with σ = 0; with
     σ = 0.5 the particles are more dispersed, ending between the two (paper: 0.08 vs 0.81)."""
     target = GaussianMixture2D(n=300, n_test=50).load().train
     distances = {}
     for sigma in (0.0, 0.5):
         model = DPSWFlow(num_particles=300, num_directions=50, directions_per_step=50,
-                         noise_sigma=sigma, diffusion=1e-3)  # fmt: skip
+                         noise_scale=sigma, diffusion=1e-3)  # fmt: skip
         _trainer(tmp_path, 40).fit(model, _toy(n=300))
         distances[sigma] = dpsw.toy_sliced_wasserstein(model.particles, target)
     start = dpsw.toy_sliced_wasserstein(model._init_particles(300, 2, 0), target)
@@ -452,13 +453,13 @@ def test_toy_flow_sigma0_converges_and_sigma05_ends_between(tmp_path):
     assert distances[0.0] < distances[0.5] < start
 
 
-# -- issue 13: releases count themselves; Θ is checked -------------------------------------------
+# -- releases count themselves; Θ is checked -----------------------------------------------------
 
 
 def test_dpswgen_accumulation_releases_every_batch_and_the_accountant_composes_each(
     tmp_path, release_spy, monkeypatch
 ):
-    """Issue 13, item 1: with accumulate_grad_batches = 2 each batch releases (its own subset
+    """With accumulate_grad_batches = 2 each batch releases (its own subset
     and Θ); the module's own count and the accountant both say 2 per optimizer step."""
     from lightning_dpot.nn import MLPGenerator
 
@@ -472,7 +473,7 @@ def test_dpswgen_accumulation_releases_every_batch_and_the_accountant_composes_e
 
     monkeypatch.setattr(PrivateLatentDataModule, "without_replacement_indices", spy_draw)
     generator = MLPGenerator(latent_dim=2, output_shape=[2], hidden=[16])
-    model = DPSWGen(generator, num_directions=12, noise_sigma=2.0, generated_batch_size=32)
+    model = DPSWGen(generator, num_directions=12, noise_scale=2.0, generated_batch_size=32)
     accountant = PrivacyAccountantCallback()
     trainer = _trainer(tmp_path, 3, [accountant], accumulate_grad_batches=2)
     dm = _toy(batch_size=30)
@@ -489,7 +490,7 @@ def test_dpswgen_accumulation_releases_every_batch_and_the_accountant_composes_e
 
 
 def test_directions_are_checked_so_the_sensitivity_holds_for_every_draw():
-    """Issue 13, item 6: Θ comes from a public seed, so the worst pair can be chosen knowing
+    """Θ comes from a public seed, so the worst pair can be chosen knowing
     it; every Θ the release uses has ‖Θ‖²_op ≤ w, i.e. Δ = 2√w holds deterministically."""
     release = SlicedGaussianRelease(70, delta=1e-5, delta_s=1e-2, w_bound="clt")
     release.calibrate(1.0, 8)
@@ -509,7 +510,7 @@ def test_directions_are_checked_so_the_sensitivity_holds_for_every_draw():
 
 
 def test_a_target_the_one_release_would_exceed_is_refused_before_it_is_drawn(tmp_path, release_spy):
-    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_sigma=0.5)
+    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_scale=0.5)
     accountant = PrivacyAccountantCallback(target_epsilon=1.0, delta=1e-5)
     with pytest.raises(ValueError, match="before training .* would spend epsilon=.*nothing was"):
         _trainer(tmp_path, 3, [accountant]).fit(model, _toy())
@@ -539,7 +540,7 @@ def test_dpswgen_target_epsilon_counts_every_accumulated_release(tmp_path):
 def test_private_flow_without_an_accountant_warns_and_public_subsets_claim_no_amplification(
     tmp_path,
 ):
-    model = DPSWFlowR(num_particles=16, num_directions=8, noise_sigma=1.0)
+    model = DPSWFlowR(num_particles=16, num_directions=8, noise_scale=1.0)
     with pytest.warns(UserWarning, match="no PrivacyAccountantCallback is attached"):
         _trainer(tmp_path, 2).fit(model, _toy(batch_size=40, seed=5))
     event = model.release.event  # subsets from a public seed are known: b of b
@@ -549,7 +550,7 @@ def test_private_flow_without_an_accountant_warns_and_public_subsets_claim_no_am
 def test_dpot_fit_attaches_the_accountant_before_the_checkpoint_callback():
     from lightning.pytorch.callbacks import Checkpoint
 
-    from lightning_dpot.cli import run_lightning
+    from lightning_dpot.training import run_lightning
 
     cli = run_lightning(
         ["--config", str(CONFIG_DIR / "toy_5gaussians_sigma0p5.yaml"), "--trainer.logger=false"],

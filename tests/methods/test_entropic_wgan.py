@@ -39,7 +39,7 @@ def test_lambda_is_p_sigma_to_the_p(tmp_path, mechanism, p):
     assert model.p == p
     assert model.entropic_reg == pytest.approx(p * dm.mechanism.noise_scale**p)
     assert isinstance(model.loss_fn, EntropicOT) and not model.loss_fn.debias
-    assert model.loss_fn.reg == pytest.approx(model.entropic_reg)
+    assert model.loss_fn.entropic_reg == pytest.approx(model.entropic_reg)
     assert trainer.global_step == 3
 
 

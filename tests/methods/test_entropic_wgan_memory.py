@@ -1,8 +1,8 @@
-"""Large-batch p = 1 entropic loss (paper 001 §IV-F uses B = 6000, d = 784): memory stays at a few
-B×B matrices; nothing of size B×B×d is materialized (that would be 784 B×B matrices).
-Measured in a fresh process: the kernel's resident-set high-water mark (VmHWM) is reset just
-before the step (``/proc/self/clear_refs``) and read after it. The full B = 6000 figure is
-reported by benchmarks/bench_entropic_step.py."""
+"""Large-batch p = 1 entropic loss (Reshetova et al. 2024, §IV-F, uses B = 6000, d = 784):
+memory stays at a few B×B matrices; nothing of size B×B×d is materialized (that would be 784
+B×B matrices). Measured in a fresh process: the kernel's resident-set high-water mark (VmHWM) is
+reset just before the step (``/proc/self/clear_refs``) and read after it. The full B = 6000
+figure is reported by benchmarks/bench_entropic_step.py."""
 
 import json
 import subprocess

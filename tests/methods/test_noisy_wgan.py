@@ -1,5 +1,6 @@
-"""NoisyWGAN (paper 001 eq. 23): generated records pass through the data's randomizer with fresh
-noise every step, and the loss is the unregularized (exact) OT with the mechanism's cost."""
+"""NoisyWGAN (Reshetova et al. 2024, eq. 23): generated records pass through the data's
+randomizer with fresh noise every step, and the loss is the unregularized (exact) OT with the
+mechanism's cost."""
 
 import math
 
@@ -13,7 +14,7 @@ from lightning_dpot.methods import NoisyWGAN
 from lightning_dpot.methods.noisy_wgan import fresh_mechanism_noise
 from lightning_dpot.nn import DCGANGenerator
 from lightning_dpot.ot import ExactOT, l1_cost
-from lightning_dpot.privacy.projections import project_l1_ball
+from lightning_dpot.privacy.mechanisms.projections import project_l1_ball
 
 
 def _dm(tmp_path, **kw):
@@ -71,7 +72,7 @@ def test_noise_comes_from_torchs_default_rng_not_the_release_generator(tmp_path)
 
 
 def test_laplace_noise_stays_finite_in_float32():
-    from lightning_dpot.privacy.mechanisms import LaplaceMechanism
+    from lightning_dpot.privacy.mechanisms.additive import LaplaceMechanism
 
     mech = LaplaceMechanism.from_scale(3.0, 1568.0)
     noise = fresh_mechanism_noise(mech, torch.empty(2000, 784))

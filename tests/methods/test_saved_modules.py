@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import Tensor
 
-import lightning_dpot.privacy.gradient_sanitizer as gradient_sanitizer
+import lightning_dpot.privacy.mechanisms.gradient_sanitizer as gradient_sanitizer
 from lightning_dpot.data import (
     CentralDPDataModule,
     DataSource,
@@ -112,17 +112,17 @@ def _toy(batch_size: int | None = None) -> PrivateLatentDataModule:
 
 
 def _flow() -> tuple[L.LightningModule, L.LightningDataModule]:
-    model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_sigma=0.5)
+    model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_scale=0.5)
     return model, _toy()
 
 
 def _flow_r() -> tuple[L.LightningModule, L.LightningDataModule]:
-    return DPSWFlowR(num_particles=32, num_directions=10, noise_sigma=0.5), _toy(batch_size=30)
+    return DPSWFlowR(num_particles=32, num_directions=10, noise_scale=0.5), _toy(batch_size=30)
 
 
 def _gen() -> tuple[L.LightningModule, L.LightningDataModule]:
     generator = MLPGenerator(latent_dim=2, output_shape=[2], hidden=[16])
-    model = DPSWGen(generator, num_directions=12, noise_sigma=2.0, generated_batch_size=32)
+    model = DPSWGen(generator, num_directions=12, noise_scale=2.0, generated_batch_size=32)
     return model, _toy(batch_size=30)
 
 
@@ -188,11 +188,11 @@ def test_saved_latent_module_holds_no_private_image_or_latent_and_decodes(
     name: str, tmp_path, autoencoder_checkpoint
 ):
     if name == "DPSWFlow":
-        model = DPSWFlow(num_particles=8, num_directions=10, directions_per_step=5, noise_sigma=0.5)
+        model = DPSWFlow(num_particles=8, num_directions=10, directions_per_step=5, noise_scale=0.5)
         dm = _latent_dm(autoencoder_checkpoint)
     else:
         generator = MLPGenerator(2, (1, 32, 32), (8,), output_activation="tanh")
-        model = DPSWGen(generator, num_directions=12, noise_sigma=2.0, generated_batch_size=8)
+        model = DPSWGen(generator, num_directions=12, noise_scale=2.0, generated_batch_size=8)
         dm = _latent_dm(autoencoder_checkpoint, batch_size=8)
     during = SaveEveryStep()
     _trainer(tmp_path, callbacks=(during,)).fit(model, dm)

@@ -1,4 +1,5 @@
-"""Downstream utility (002 §D.2): classifiers trained on labelled samples, tested on real data."""
+"""Downstream utility (Cao et al. 2021, App. D.2): classifiers trained on labelled samples, tested
+on real data."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exact W₂ on subsamples (001 §IV-C): assignment = exact OT for uniform equal-size sets."""
+"""Exact W₂ on subsamples (Reshetova et al. 2024, §IV-C): assignment = exact OT for uniform
+equal-size sets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DCGAN generators of papers 001 (unconditional) and 002 (class-conditional)."""
+"""DCGAN generators of Reshetova et al. 2024 (unconditional) and Cao et al. 2021
+(class-conditional)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from lightning_dpot.nn.dcgan import (
 
 
 def _latent(n: int, dim: int, seed: int = 0) -> torch.Tensor:
-    """z ~ Unif[0, 1]^dim, the latent distribution of papers 001 and 002."""
+    """z ~ Unif[0, 1]^dim, the latent distribution of Reshetova et al. 2024 and
+    Cao et al. 2021."""
     return torch.rand(n, dim, generator=torch.Generator().manual_seed(seed))
 
 
@@ -87,7 +89,7 @@ def test_unsupported_image_size_is_refused_with_the_range(image_size):
         DCGANGenerator(image_size=image_size)
 
 
-def test_conditional_generator_matches_paper_002_d3():
+def test_conditional_generator_matches_cao_2021_app_d3():
     gen = ConditionalDCGANGenerator(num_classes=10)
     convs = [m for m in gen.modules() if isinstance(m, nn.ConvTranspose2d)]
     assert [(c.in_channels, c.out_channels) for c in convs] == [

@@ -1,5 +1,5 @@
-"""The DP-Sinkhorn cost c_m and the semi-debiased Sinkhorn loss (paper 002 Def. 4.3) against a
-direct log-domain computation on small inputs."""
+"""The DP-Sinkhorn cost c_m and the semi-debiased Sinkhorn loss (Cao et al. 2021, Def. 4.3)
+against a direct log-domain computation on small inputs."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _single_thread():
 
 
 def reference_entropic_ot(x: torch.Tensor, y: torch.Tensor, cost, reg: float, iters: int = 1500):
-    """Algorithm 3 of paper 002 (log domain, uniform weights) on an explicit cost matrix."""
+    """Algorithm 3 of Cao et al. 2021 (log domain, uniform weights) on an explicit cost matrix."""
     c = cost(x, y)
     log_a = torch.full((x.shape[0],), -float(torch.log(torch.tensor(float(x.shape[0])))))
     log_b = torch.full((y.shape[0],), -float(torch.log(torch.tensor(float(y.shape[0])))))
@@ -96,7 +96,7 @@ def test_debias_rows_is_floor_n_p():
 
 
 def test_gradient_of_debias_rows_does_not_depend_on_real_data():
-    """Rows X[n:n+n'] enter only Ŵ(X[0:n], X[n':n+n']) (paper 002 §4.3, B.1 (ii))."""
+    """Rows X[n:n+n'] enter only Ŵ(X[0:n], X[n':n+n']) (Cao et al. 2021, §4.3, B.1 (ii))."""
     gen = torch.Generator().manual_seed(3)
     n, p = 6, 0.5
     x = torch.randn(n + debias_rows(n, p), 4, generator=gen, requires_grad=True)
@@ -111,7 +111,7 @@ def test_gradient_of_debias_rows_does_not_depend_on_real_data():
 
 
 def test_an_empty_real_batch_leaves_the_debias_term_and_wrong_row_counts_are_refused():
-    """Issue 13, item 5: with no real record the loss is −Ŵ(X[0:n], X[n':n+n']), whose
+    """With no real record the loss is −Ŵ(X[0:n], X[n':n+n']), whose
     gradient needs no data; the debias rows then get the same gradient as with data."""
     loss = SemiDebiasedSinkhorn(debias_fraction=0.4, diameter=20.0)
     x = torch.randn(7, 2, generator=torch.Generator().manual_seed(0)).requires_grad_()

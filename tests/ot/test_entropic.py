@@ -108,7 +108,8 @@ def test_entropic_ot_is_w_p_lambda_with_lp_cost(clouds, p, reg):
 
 
 def test_geomloss_builtin_p2_is_half_of_w_2_2sigma2(clouds):
-    # SPEC §4: SamplesLoss("sinkhorn", p=2, blur=σ) = ½ W_{2, 2σ²}.
+    # geomloss' convention (docs/design.md#entropic-p-wgan):
+    # SamplesLoss("sinkhorn", p=2, blur=σ) = ½ W_{2, 2σ²}.
     x, y = clouds
     sigma = 0.9
     builtin = SamplesLoss("sinkhorn", p=2, blur=sigma, scaling=0.99, debias=False)(x, y)

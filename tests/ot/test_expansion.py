@@ -153,9 +153,9 @@ def test_the_taylor_kernel_needs_no_keops(monkeypatch):
 @pytest.mark.parametrize("backend", ["tensorized", "multiscale"])
 def test_the_value_does_not_depend_on_which_cloud_needs_gradients(backend):
     # The returned pair is (T(g), g) with g = T(f) at λ in every case: a gradient to y only adds
-    # a graph, never another potential (before stop 22 a solve that converged on its first
-    # sweep paired f̃ with a g of the last annealing ε, and a y-gradient changed the value by
-    # 3e-3; now only the summation order differs).
+    # a graph, never another potential, so only the summation order differs. (A solve that
+    # converged on its first sweep must not pair f̃ with a g of the last annealing ε: that would
+    # let a y-gradient change the value by 3e-3.)
     x, y = _clouds(1)
     solver = EntropicSolver(LpCost(2), 2, 19.2, 8.0, backend=backend)
     values = [

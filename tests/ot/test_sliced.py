@@ -1,4 +1,5 @@
-"""Sliced / Gaussian-smoothed sliced Wasserstein and the DP sliced-Wasserstein flow (paper 004)."""
+"""Sliced / Gaussian-smoothed sliced Wasserstein and the DP sliced-Wasserstein flow (Sebag et al.
+2023)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _lp_wasserstein_pp(x: np.ndarray, y: np.ndarray, p: float) -> float:
 
 
 def _five_gaussians(n: int, generator: torch.Generator) -> torch.Tensor:
-    """Paper 004 §5.4 toy target: 5 isotropic Gaussians, centres on a circle of radius 0.6."""
+    """Toy target of Sebag et al. 2023, §5.4: 5 isotropic Gaussians, centres on a circle of radius
+    0.6."""
     angle = 2 * math.pi * torch.arange(5, dtype=torch.float32) / 5
     centres = 0.6 * torch.stack([angle.cos(), angle.sin()], dim=1)
     component = torch.randint(5, (n,), generator=generator)
@@ -118,7 +120,7 @@ def test_noisy_projections_add_gaussian_noise_of_std_sigma_and_sigma_zero_draws_
     state = generator.get_state()
     torch.testing.assert_close(noisy_projections(x, theta, 0.0, generator), project(x, theta))
     assert torch.equal(generator.get_state(), state)
-    with pytest.raises(ValueError, match=r"noise_sigma must be a finite number >= 0, got -0.1"):
+    with pytest.raises(ValueError, match=r"noise_scale must be a finite number >= 0, got -0.1"):
         noisy_projections(x, theta, -0.1)
 
 
@@ -333,7 +335,7 @@ def test_flow_step_accepts_a_release_sorted_once_and_is_reproducible() -> None:
     ("kwargs", "message"),
     [
         ({"step_size": 0.0}, "step_size must be a finite number > 0"),
-        ({"noise_sigma": -1.0}, "noise_sigma must be a finite number >= 0"),
+        ({"noise_scale": -1.0}, "noise_scale must be a finite number >= 0"),
         ({"diffusion": -0.1}, "diffusion must be a finite number >= 0"),
         ({"particles": torch.zeros(1, 2)}, "at least 2 particles"),
         ({"target_projections_noisy": torch.zeros(5, 3)}, "one column per direction"),
@@ -345,7 +347,7 @@ def test_flow_step_refuses_invalid_arguments(kwargs: dict, message: str) -> None
         "target_projections_noisy": torch.zeros(5, 2),
         "theta": torch.eye(2),
         "step_size": 1.0,
-        "noise_sigma": 0.1,
+        "noise_scale": 0.1,
         "diffusion": 0.001,
     }
     arguments.update(kwargs)
@@ -363,19 +365,20 @@ def test_flow_step_keeps_device_and_dtype(device: str) -> None:
     assert moved.device == particles.device and moved.dtype == torch.float64
 
 
-def _toy_flow(noise_sigma: float, steps: int = 30, n: int = 1000) -> tuple[float, float]:
-    """Paper 004 §5.4 toy (N_θ = 200, h = 1, λ = 0.001); SW_2 to held-out target samples."""
+def _toy_flow(noise_scale: float, steps: int = 30, n: int = 1000) -> tuple[float, float]:
+    """Toy of Sebag et al. 2023, §5.4 (N_θ = 200, h = 1, λ = 0.001); SW_2 to held-out target
+    samples."""
     generator = _gen(0)
     target = _five_gaussians(n, generator)
     theta = random_directions(200, 2, generator)
-    release = torch.sort(noisy_projections(target, theta, noise_sigma, generator), dim=0).values
+    release = torch.sort(noisy_projections(target, theta, noise_scale, generator), dim=0).values
     particles = torch.randn(n, 2, generator=generator)
     held_out = _five_gaussians(4000, generator)
     eval_theta = random_directions(500, 2, generator)
     start = sliced_wasserstein(particles, held_out, eval_theta).item()
     for _ in range(steps):
         particles = sliced_flow_step(
-            particles, release, theta, 1.0, noise_sigma, 0.001, generator, target_sorted=True
+            particles, release, theta, 1.0, noise_scale, 0.001, generator, target_sorted=True
         )
     return start, sliced_wasserstein(particles, held_out, eval_theta).item()
 

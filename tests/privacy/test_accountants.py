@@ -13,23 +13,30 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from lightning_dpot.commands.account import build_parser
-from lightning_dpot.privacy.accountants import PLDAccountant, RDPAccountant, make_accountant
-from lightning_dpot.privacy.analysis.epsilon import epsilon_of_history, subsampled_gaussian_epsilon
-from lightning_dpot.privacy.analysis.rdp_poisson import poisson_gaussian_rdp
-from lightning_dpot.privacy.analysis.rdp_swor import swor_gaussian_rdp
-from lightning_dpot.privacy.analysis.schemes import (
+from lightning_dpot.privacy.accounting.accountants import (
+    PLDAccountant,
+    RDPAccountant,
+    make_accountant,
+)
+from lightning_dpot.privacy.accounting.analysis.epsilon import (
+    epsilon_of_history,
+    subsampled_gaussian_epsilon,
+)
+from lightning_dpot.privacy.accounting.analysis.rdp_poisson import poisson_gaussian_rdp
+from lightning_dpot.privacy.accounting.analysis.rdp_swor import swor_gaussian_rdp
+from lightning_dpot.privacy.accounting.analysis.schemes import (
     DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
     WITHOUT_REPLACEMENT,
     compress_history,
     swor_sample_rate,
 )
-from lightning_dpot.privacy.calibration import (
+from lightning_dpot.privacy.accounting.calibration import (
     max_steps,
     min_noise_multiplier,
 )
 
-MNIST_Q = 1 / 1200  # batch 50 of 60,000 (paper 002, App. D)
+MNIST_Q = 1 / 1200  # batch 50 of 60,000 (Cao et al. 2021, App. D)
 
 # --------------------------------------------------------------------------------------------
 # Independent computations (written from the papers, no dp-accounting)
@@ -80,7 +87,7 @@ def exact_gaussian_epsilon(sigma: float, delta: float) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Paper 002 settings
+# Settings of Cao et al. 2021
 # --------------------------------------------------------------------------------------------
 
 PAPER_TRIPLES = [
@@ -103,7 +110,8 @@ def test_rdp_epsilon_matches_independent_binomial_expansion(sigma, q, steps, del
 
 
 def test_paper_settings_reach_epsilon_about_one_not_ten():
-    # SPEC §6: the paper's σ, q and step counts give ε ≈ 1 at δ = 1e-5, not the reported 10.
+    # The paper's σ, q and step counts give ε ≈ 1 at δ = 1e-5, not the reported 10
+    # (docs/dp_sinkhorn.md).
     mnist = independent_subsampled_gaussian_epsilon(MNIST_Q, 1.5, 160_000, 1e-5)
     fashion = independent_subsampled_gaussian_epsilon(MNIST_Q, 1.9, 280_000, 1e-5)
     assert 0.95 < mnist < 1.05 and 0.95 < fashion < 1.05
@@ -462,7 +470,7 @@ def test_swor_accountant_records_the_scheme_and_refuses_mixing_and_pld():
         swor_sample_rate(10, 11)
     with pytest.raises(ValueError, match="sampling must be one of"):
         RDPAccountant(sampling="shuffle")
-    legacy = {"history": [[1.5, MNIST_Q, 3]]}  # states written before sampling was recorded
+    legacy = {"history": [[1.5, MNIST_Q, 3]]}  # a state that does not record its sampling
     old = RDPAccountant()
     old.load_state_dict(legacy)
     assert old.sampling == "poisson" and old.adjacency == "add_or_remove_one"
@@ -485,16 +493,16 @@ def test_swor_curve_is_dp_accountings_replace_one_accountant_where_not_capped():
 
 
 def test_an_optimal_order_at_the_edge_of_the_grid_warns():
-    """As Opacus: when the best α is the first or last order, ε may be loose (issue 14)."""
+    """As Opacus: when the best α is the first or last order, ε may be loose."""
     import warnings
 
-    from lightning_dpot.privacy.analysis.conversions import rdp_to_epsilon
+    from lightning_dpot.privacy.accounting.analysis.conversions import rdp_to_epsilon
 
     orders = [2.0, 3.0]
     with pytest.warns(UserWarning, match=r"α=3 is the largest of the grid \[2, 3\]"):
         rdp_to_epsilon(poisson_gaussian_rdp(0.5, 1.0, orders), 1e-5, orders)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the paper-002 setting sits inside the default grid
+        warnings.simplefilter("error")  # Cao et al. 2021's setting: inside the default grid
         assert subsampled_gaussian_epsilon(1.5, 1 / 1200, 160_000, 1e-5) == pytest.approx(
             1.0147, abs=1e-4
         )

@@ -15,9 +15,7 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
-from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
-from lightning_dpot.ot.sliced import random_directions
-from lightning_dpot.privacy.audit import (
+from lightning_dpot.audit import (
     audit_threshold_test,
     clopper_pearson_upper,
     dp_sinkhorn_canary_gradients,
@@ -26,11 +24,13 @@ from lightning_dpot.privacy.audit import (
     sanitizer_scores,
     sliced_release_scores,
 )
-from lightning_dpot.privacy.gaussian import gaussian_epsilon, gaussian_sigma
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer, clip_frobenius
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.sliced_sensitivity import sliced_sensitivity
-from lightning_dpot.privacy.transforms import make_transform
+from lightning_dpot.methods.dpsw.sensitivity import sliced_sensitivity
+from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
+from lightning_dpot.ot.sliced import random_directions
+from lightning_dpot.privacy.mechanisms.gaussian import gaussian_epsilon, gaussian_sigma
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer, clip_frobenius
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+from lightning_dpot.privacy.mechanisms.transforms import make_transform
 
 DRAWS = 100_000
 

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy.stats import norm
 
-from lightning_dpot.privacy.gaussian import (
+from lightning_dpot.privacy.mechanisms.gaussian import (
     analytic_gaussian_delta,
     classical_epsilon,
     classical_sigma,
@@ -17,8 +17,8 @@ from lightning_dpot.privacy.gaussian import (
 
 
 @pytest.mark.parametrize(("epsilon", "sigma"), [(25.0, 9.17), (35.0, 7.24)])
-def test_analytic_calibration_reproduces_paper_001_fashion_sigmas(epsilon, sigma):
-    # Paper 001 §IV-G: Δ2 = 40, δ = 1e-4 → σ = 9.17 (ε = 25) and σ = 7.24 (ε = 35).
+def test_analytic_calibration_reproduces_reshetova_2024_fashion_sigmas(epsilon, sigma):
+    # Reshetova et al. 2024, §IV-G: Δ2 = 40, δ = 1e-4 → σ = 9.17 (ε = 25) and σ = 7.24 (ε = 35).
     assert gaussian_sigma(epsilon, 1e-4, 40.0) == pytest.approx(sigma, abs=0.01)
 
 

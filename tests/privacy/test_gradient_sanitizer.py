@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer, clip_frobenius
-from lightning_dpot.privacy.secure_rng import seeded_generator
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer, clip_frobenius
+from lightning_dpot.rng import seeded_generator
 
 
 def test_noise_is_drawn_and_added_in_float64_under_bf16_autocast():
@@ -35,7 +35,7 @@ def test_a_non_finite_or_huge_gradient_still_releases_finite_bounded_values(bad)
 
 
 def test_an_explicit_noise_seed_never_repeats_across_releases():
-    from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
+    from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
 
     grad = torch.zeros(4, 3)
     sanitizer = GradientSanitizer(1.0, 1.0, noise_seed=7, sample_rate=1.0)

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from lightning_dpot.privacy.accounting.journal import ReleaseJournal
 from lightning_dpot.privacy.events import EventLog, GaussianRelease, SubsampledGaussianStep
-from lightning_dpot.privacy.journal import ReleaseJournal
 
 STEP = SubsampledGaussianStep(2.0, 0.1)
 
@@ -92,7 +92,7 @@ def test_a_journal_is_held_by_one_process_at_a_time(tmp_path):
 def test_a_short_write_is_cut_off_and_refused(tmp_path, monkeypatch):
     """A full disk can write part of a line and return: the part is removed and the append
     raises, so the caller draws no noise for a release the journal would not hold."""
-    import lightning_dpot.privacy.journal as journal_module
+    import lightning_dpot.privacy.accounting.journal as journal_module
 
     journal = ReleaseJournal(tmp_path / "journal.jsonl")
     journal.start([(0, STEP)])

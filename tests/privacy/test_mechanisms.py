@@ -5,17 +5,22 @@ import math
 import pytest
 import torch
 
-from lightning_dpot.privacy.mechanisms import GaussianMechanism, LaplaceMechanism, make_mechanism
-from lightning_dpot.privacy.sensitivity import declared_sensitivity
+from lightning_dpot.privacy.mechanisms.additive import (
+    GaussianMechanism,
+    LaplaceMechanism,
+    make_mechanism,
+)
+from lightning_dpot.privacy.mechanisms.sensitivity import declared_sensitivity
 
 
 def test_laplace_scale_is_sensitivity_over_epsilon():
-    # Paper 001 Fig. 3: Δ1 = 1568, ε = 196 → b = 8.
+    # Reshetova et al. 2024, Fig. 3: Δ1 = 1568, ε = 196 → b = 8.
     assert LaplaceMechanism(196.0, 1568.0).noise_scale == pytest.approx(8.0)
 
 
 def test_laplace_from_scale_reports_epsilon_from_declared_sensitivity():
-    # SPEC §4: "σ = 3 → ε = 97" in the paper does not fit Δ1 = 1568; the correct value is 522.7.
+    # "σ = 3 → ε = 97" in Reshetova et al. 2024 does not fit Δ1 = 1568; the correct value is
+    # 522.7 (docs/design.md#entropic-p-wgan).
     assert LaplaceMechanism.from_scale(3.0, 1568.0).epsilon == pytest.approx(522.67, abs=0.01)
 
 
@@ -87,7 +92,7 @@ def test_unbounded_declarations_without_projection_are_refused():
 
 @pytest.mark.parametrize("name", ["laplace", "gaussian"])
 def test_in_place_noise_is_bit_identical_to_the_textbook_formula(name):
-    """The noise is computed in place for speed (issue 14); the output must be exactly what the
+    """The noise is computed in place for speed; the output must be exactly what the
     out-of-place formula gives from the same generator."""
     mech = make_mechanism(name, 2.0, epsilon=1.0, delta=None if name == "laplace" else 1e-5)
     shape = (500, 37)

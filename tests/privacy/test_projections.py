@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lightning_dpot.privacy.projections import project_l1_ball, project_l2_ball
+from lightning_dpot.privacy.mechanisms.projections import project_l1_ball, project_l2_ball
 
 
 def _l1_projection_by_bisection(v: torch.Tensor, radius: float) -> torch.Tensor:

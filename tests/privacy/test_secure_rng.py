@@ -24,9 +24,9 @@ from lightning_dpot.data import (
     PrivatizedDataModule,
 )
 from lightning_dpot.methods import DPSWFlow
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
-from lightning_dpot.privacy.mechanisms import make_mechanism
-from lightning_dpot.privacy.secure_rng import (
+from lightning_dpot.privacy.mechanisms.additive import make_mechanism
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
+from lightning_dpot.rng import (
     OSRandom,
     SecretNoise,
     permutation,
@@ -109,7 +109,7 @@ def test_sanitizer_secure_noise_has_the_declared_std_and_excludes_a_seed():
 
 def test_dpsw_release_with_secure_rng(tmp_path):
     dm = PrivateLatentDataModule(GaussianMixture2D(n=200, n_test=20), normalize="ball")
-    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_sigma=1.0,
+    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_scale=1.0,
                      secure_rng=True)  # fmt: skip
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False,
@@ -118,7 +118,7 @@ def test_dpsw_release_with_secure_rng(tmp_path):
     assert model.mechanism_calls == 1 and model.release.facts()["secure_rng"] is True
     assert isinstance(model.release.noise.source(0), OSRandom)  # the source the release used
     with pytest.raises(ValueError, match=r"no seed: got noise_seed=2"):
-        DPSWFlow(noise_sigma=1.0, noise_seed=2, secure_rng=True)
+        DPSWFlow(noise_scale=1.0, noise_seed=2, secure_rng=True)
 
 
 def test_dpot_privatize_with_secure_rng_from_a_config(tmp_path, capsys):

@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 from scipy.stats import binom
 
 from lightning_dpot.commands.account import build_parser
-from lightning_dpot.privacy.shuffling import (
+from lightning_dpot.privacy.accounting.shuffling import (
     closed_form_max_epsilon0,
     shuffle_delta_numerical,
     shuffle_epsilon_closed_form,
@@ -37,7 +37,7 @@ def test_closed_form_matches_theorem_3_1_evaluated_independently(epsilon0, n, de
     )
 
 
-def test_closed_form_value_for_paper_001_setting():
+def test_closed_form_value_for_the_reshetova_2024_setting():
     # e^5 = 148.413; tanh(2.5) = 0.986614; log(4e6) = 15.2018;
     # 8 sqrt(148.413 * 15.2018 / 4e5) = 0.600806; 8 * 148.413 / 4e5 = 0.002968
     # log(1 + 0.986614 * 0.603774) = log(1.595692) = 0.467316
@@ -141,13 +141,14 @@ def test_single_report_gets_no_amplification():
     assert 3.0 - 1e-6 < epsilon <= 3.0
 
 
-def test_paper_001_setting_numerical_bound_runs_fast_and_brackets_the_quoted_value():
+def test_reshetova_2024_setting_numerical_bound_runs_fast_and_brackets_the_quoted_value():
     start = time.perf_counter()
     numerical = shuffle_epsilon_numerical(5.0, 400_000, 1e-6)
     elapsed = time.perf_counter() - start
     assert elapsed < 30.0
     assert numerical == pytest.approx(0.14143, abs=1e-4)
-    # Paper 001 quotes 0.353 (citing a 2023 follow-up); FMT21's two bounds bracket it.
+    # Reshetova et al. 2024 quote 0.353 (citing a 2023 follow-up); the two bounds of Feldman,
+    # McMillan, Talwar 2021 bracket it.
     assert numerical < 0.353 < shuffle_epsilon_closed_form(5.0, 400_000, 1e-6)
 
 

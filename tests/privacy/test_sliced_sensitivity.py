@@ -1,4 +1,5 @@
-"""Sensitivity bound w(N_θ, δ_s) of the sliced release and the release itself (paper 004 §4.3)."""
+"""Sensitivity bound w(N_θ, δ_s) of the sliced release and the release itself (Sebag et al. 2023,
+§4.3)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import pytest
 import torch
 from scipy import stats
 
-from lightning_dpot.ot.sliced import project, random_directions
-from lightning_dpot.privacy.sliced_sensitivity import (
+from lightning_dpot.methods.dpsw.sensitivity import (
     gaussian_sliced_release,
     projection_bound_w,
     sliced_noise_multiplier,
     sliced_sensitivity,
     sliced_sigma,
 )
+from lightning_dpot.ot.sliced import project, random_directions
 
 
 @pytest.fixture(autouse=True)

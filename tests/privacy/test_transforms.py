@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lightning_dpot.privacy.transforms import DCT2D, dct_matrix, make_transform
+from lightning_dpot.privacy.mechanisms.transforms import DCT2D, dct_matrix, make_transform
 
 
 def test_dct_matrix_is_orthonormal():

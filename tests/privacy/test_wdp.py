@@ -1,4 +1,4 @@
-"""Wasserstein DP of paper 003: closed forms, conversions, Wasserstein accountant, labels."""
+"""Wasserstein DP of Yang et al. 2024: closed forms, conversions, Wasserstein accountant, labels."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import norm
 
 from lightning_dpot.commands.account import build_parser
-from lightning_dpot.privacy.wdp import (
+from lightning_dpot.privacy.accounting.wdp import (
     WDPGuarantee,
     gaussian_absolute_moment,
     subsampled_gaussian_wdp_loss,
@@ -22,7 +22,7 @@ from lightning_dpot.privacy.wdp import (
     wdp_laplace,
 )
 
-FIG1_SCALES = (1.0, 2.0, 3.0, 5.0)  # paper 003 Fig. 1: λ, σ ∈ {1, 2, 3, 5}, Δ = 1, μ ∈ 1..10
+FIG1_SCALES = (1.0, 2.0, 3.0, 5.0)  # Yang et al. 2024, Fig. 1: λ, σ ∈ {1,2,3,5}, Δ = 1, μ ∈ 1..10
 FIG1_ORDERS = tuple(float(mu) for mu in range(1, 11))
 
 

@@ -1,13 +1,13 @@
-r"""DP sliced-Wasserstein flows and the DPSWgen baseline (paper 004, §4–5, Algorithms 1–2).
+r"""DP sliced-Wasserstein flows and the DPSWgen baseline (Sebag et al. 2023, §4–5, Algorithms 1–2).
 
 All three methods touch the private data only through the Gaussian release of random projections
-(eq. 23, :func:`~lightning_dpot.privacy.sliced_sensitivity.gaussian_sliced_release`)
+(eq. 23, :func:`~lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`)
 
     M(Y) = Y Θᵀ + Z,   Z_{ij} ~ N(0, σ²),   records ‖y_i‖₂ ≤ 1 (ℓ2-normalized latents),
 
 whose ℓ2 (Frobenius) sensitivity under **replace-one** adjacency is ``Δ = 2·sqrt(w(N_θ, δ_s))``
 (Lemma 1, eqs. 24–26). The release is one object,
-:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`: it checks
+:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`: it checks
 ``‖Θ‖²_op ≤ w`` on every draw of the directions (redrawing otherwise), so Δ holds
 deterministically and the guarantee carries no δ_s term; it emits one privacy event per call,
 which the accountant composes (:mod:`lightning_dpot.privacy.contract`). Everything after the
@@ -45,11 +45,10 @@ changes at most one released row (the subset is drawn from indices, not values),
 ℓ2 given Θ, so a step is the subsampled Gaussian without replacement with ratio ``γ = b/n`` and
 multiplier ``σ/Δ``. Its RDP is bounded by Wang, Balle & Kasiviswanathan 2019 ("Subsampled Rényi
 DP and analytical moments accountant", Thm. 9/27), composed over ``T`` steps
-(:func:`~lightning_dpot.privacy.analysis.epsilon.subsampled_gaussian_epsilon`,
+(:func:`~lightning_dpot.privacy.accounting.analysis.epsilon.subsampled_gaussian_epsilon`,
 ``sampling="without_replacement"``; dp-accounting has no PLD analysis for it, so only RDP is
-reported). Poisson sampling
-(add/remove-one, the paper's accounting) is refused: with one row per sampled record it is not
-proven for this mechanism. See ``docs/dpswflow.md``.
+reported). Poisson sampling (add/remove-one, the paper's accounting) is refused: with one row per
+sampled record it is not proven for this mechanism. See ``docs/dpswflow.md``.
 
 **DDP.** Particles are sharded across ranks (``num_particles`` must be divisible by the world
 size); directions come from generators seeded by ``(seed, step)``, identical on every rank. The

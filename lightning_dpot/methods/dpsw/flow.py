@@ -1,5 +1,5 @@
-"""DPSWflow (Algorithm 2: one release) and DPSWflow-r (Algorithm 1: a release per step), paper
-004; the particles are the samples (package docstring)."""
+"""DPSWflow (Algorithm 2: one release) and DPSWflow-r (Algorithm 1: a release per step) of
+Sebag et al. 2023; the particles are the samples (package docstring)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+from typing_extensions import override
 
+from lightning_dpot.checks import (
+    check_epsilon,
+    check_nonnegative,
+    check_nonnegative_int,
+    check_positive,
+    check_positive_int,
+)
 from lightning_dpot.data.latent import PublicDecoder
 from lightning_dpot.data.protocols import LatentPrivateData, require_data
 from lightning_dpot.distributed import rank_world
@@ -23,21 +31,14 @@ from lightning_dpot.methods.dpsw.release import (
     SlicedReleaseModule,
     check_sigma_or_target,
 )
+from lightning_dpot.methods.dpsw.sensitivity import WBound
 from lightning_dpot.ot.sliced import (
     random_directions,
     sliced_flow_step,
     sliced_wasserstein,
 )
-from lightning_dpot.privacy.gaussian import gaussian_sigma
-from lightning_dpot.privacy.secure_rng import seeded_generator
-from lightning_dpot.privacy.sliced_sensitivity import WBound
-from lightning_dpot.privacy.validation import (
-    check_epsilon,
-    check_nonnegative,
-    check_nonnegative_int,
-    check_positive,
-    check_positive_int,
-)
+from lightning_dpot.privacy.mechanisms.gaussian import gaussian_sigma
+from lightning_dpot.rng import seeded_generator
 
 
 class _ParticleFlow(SlicedReleaseModule):
@@ -47,7 +48,7 @@ class _ParticleFlow(SlicedReleaseModule):
         self,
         num_particles: int,
         num_directions: int,
-        noise_sigma: float | None,
+        noise_scale: float | None,
         target_epsilon: float | None,
         delta: float,
         delta_s: float,
@@ -62,15 +63,15 @@ class _ParticleFlow(SlicedReleaseModule):
     ) -> None:
         super().__init__()
         self.automatic_optimization = False
-        check_sigma_or_target(noise_sigma, target_epsilon)
+        check_sigma_or_target(noise_scale, target_epsilon)
         self._build_release(
-            noise_sigma, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
+            noise_scale, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
         )
         self.num_particles = check_positive_int("num_particles", num_particles)
         if self.num_particles < 2:
             raise ValueError(f"num_particles must be >= 2, got {num_particles!r}")
         self.target_epsilon = (
-            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
         )
         self.step_size = check_positive("step_size", step_size)
         self.diffusion = check_nonnegative("diffusion", diffusion)
@@ -93,6 +94,7 @@ class _ParticleFlow(SlicedReleaseModule):
         g = seeded_generator(self.seed, STREAM_INIT, rank)
         return std * torch.randn(n, dim, generator=g)
 
+    @override
     def setup(self, stage: str) -> None:
         if self.dim is not None:
             return
@@ -112,6 +114,7 @@ class _ParticleFlow(SlicedReleaseModule):
     def calibrate(self, datamodule: Any) -> None:
         raise NotImplementedError
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD([self._step_clock], lr=0.0)
 
@@ -127,7 +130,7 @@ class _ParticleFlow(SlicedReleaseModule):
             target_sorted,
             theta,
             self.step_size,
-            self.noise_sigma,
+            self.noise_scale,
             self.diffusion,
             g,
             evaluate_at=self.evaluate_at,
@@ -135,6 +138,7 @@ class _ParticleFlow(SlicedReleaseModule):
         )
 
     # -- checkpoints (particles of all ranks) ----------------------------------------------------
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         _, world = rank_world()
         particles = self.particles
@@ -145,6 +149,7 @@ class _ParticleFlow(SlicedReleaseModule):
         checkpoint["dpsw_particles"] = particles.detach().cpu()
         checkpoint["dpsw_release"] = self.release.state_dict()
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rank, world = rank_world()
         particles = checkpoint["dpsw_particles"]
@@ -174,10 +179,12 @@ class _ParticleFlow(SlicedReleaseModule):
         return self.decoder(z).cpu()
 
     @property
+    @override
     def max_samples(self) -> int:
         """The particles this rank holds (a flow returns its particles, no more)."""
         return int(self.particles.shape[0])
 
+    @override
     @torch.no_grad()
     def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
         """The first ``n`` particles of this rank, decoded. The particles are the samples, so
@@ -193,6 +200,7 @@ class _ParticleFlow(SlicedReleaseModule):
     def _more_samples_note(self) -> str:
         raise NotImplementedError
 
+    @override
     def on_fit_end(self) -> None:
         """Save the particles and a grid of their images (rank 0). The privacy report is the
         accountant's (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`)."""
@@ -214,7 +222,8 @@ class _ParticleFlow(SlicedReleaseModule):
 
 
 class DPSWFlow(_ParticleFlow):
-    """DPSWflow (paper 004, Algorithm 2): one cached release, ``M_θ`` of ``N_θ`` directions/step.
+    """DPSWflow (Sebag et al. 2023, Algorithm 2): one cached release, ``M_θ`` of ``N_θ``
+    directions/step.
 
     Algorithm: draw ``Θ ∈ R^{N_θ×d}`` once; release ``Ỹ = YΘᵀ + Z`` once (all private latents);
     cache ``sort(Ỹ)`` per column. Step ``k``: pick ``M_θ`` columns ``J_k`` (generator seeded by
@@ -224,7 +233,7 @@ class DPSWFlow(_ParticleFlow):
     Privacy: one Gaussian mechanism with sensitivity ``Δ = 2·sqrt(w(N_θ, δ_s))`` (all ``N_θ``
     directions count, whichever ``M_θ`` a step uses), emitted as one
     :class:`~lightning_dpot.privacy.events.GaussianRelease`: ``ε`` from the analytic Gaussian
-    mechanism at ``δ``. Give either ``noise_sigma`` (σ) or ``target_epsilon`` (σ is then
+    mechanism at ``δ``. Give either ``noise_scale`` (σ) or ``target_epsilon`` (σ is then
     calibrated with the analytic Gaussian mechanism). ε never grows with steps.
 
     Samples: ``num_particles``; more are free with :meth:`generate` (a new flow from the cache).
@@ -233,9 +242,9 @@ class DPSWFlow(_ParticleFlow):
         num_particles: particles N (all ranks together).
         num_directions: ``N_θ`` (paper: 31).
         directions_per_step: ``M_θ ≤ N_θ`` (paper: 25).
-        noise_sigma / target_epsilon: exactly one.
+        noise_scale / target_epsilon: exactly one.
         delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
-            (:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`).
+            (:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`).
         step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
         evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
         seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
@@ -251,7 +260,7 @@ class DPSWFlow(_ParticleFlow):
         num_particles: int = 4000,
         num_directions: int = 31,
         directions_per_step: int = 25,
-        noise_sigma: float | None = None,
+        noise_scale: float | None = None,
         target_epsilon: float | None = None,
         delta: float = 1e-5,
         delta_s: float = 1e-8,
@@ -265,7 +274,7 @@ class DPSWFlow(_ParticleFlow):
         secure_rng: bool = False,
     ) -> None:
         super().__init__(
-            num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
+            num_particles, num_directions, noise_scale, target_epsilon, delta, delta_s, w_bound,
             step_size, diffusion, init_std, evaluate_at, seed, noise_seed, secure_rng,
         )  # fmt: skip
         self.save_hyperparameters()
@@ -279,6 +288,7 @@ class DPSWFlow(_ParticleFlow):
         self.register_buffer("theta", torch.empty(0))
         self.register_buffer("release_sorted", torch.empty(0))
 
+    @override
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
         """Size the placeholder buffers (empty until :meth:`calibrate`) to the saved release, so
         that a state dict loads into a fresh module (checkpoints; ``ddp_spawn`` hands rank 0's
@@ -289,17 +299,19 @@ class DPSWFlow(_ParticleFlow):
                 setattr(self, name, torch.empty_like(saved, device=getattr(self, name).device))
         super()._load_from_state_dict(state_dict, prefix, *args)
 
+    @override
     def next_step_events(self) -> list:
         """Steps release nothing: the one release happens before training."""
         return []
 
+    @override
     def calibrate(self, datamodule: Any) -> None:
         n_private = datamodule.num_private
         self.theta = torch.zeros(self.release.num_directions, self.dim, device=self.device)
         self.release_sorted = torch.zeros(
             self.release.num_directions, n_private, device=self.device
         )
-        sigma = self.release.noise_sigma
+        sigma = self.release.noise_scale
         if self.target_epsilon is not None:
             sigma = gaussian_sigma(
                 self.target_epsilon, self.release.delta, self.release.sensitivity(self.dim)
@@ -307,6 +319,7 @@ class DPSWFlow(_ParticleFlow):
             self.planned_release_count = 1
         self.release.calibrate(sigma, self.dim)
 
+    @override
     def on_fit_start(self) -> None:
         """Release once (rank 0, broadcast), unless a checkpoint already holds the release."""
         if bool(self.released):
@@ -329,6 +342,7 @@ class DPSWFlow(_ParticleFlow):
         g = seeded_generator(self.seed, STREAM_SUBSET, step)
         return torch.randperm(self.release.num_directions, generator=g)[: self.directions_per_step]
 
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> None:
         step = self.trainer.global_step
         idx = self._directions_at(step).to(self.theta.device)
@@ -351,17 +365,20 @@ class DPSWFlow(_ParticleFlow):
             g = seeded_generator(seed, STREAM_FLOW, step, 2**20, device=particles.device)
             particles = sliced_flow_step(
                 particles, self.release_sorted[idx].transpose(0, 1), self.theta[idx],
-                self.step_size, self.noise_sigma, self.diffusion, g,
+                self.step_size, self.noise_scale, self.diffusion, g,
                 evaluate_at=self.evaluate_at, target_sorted=True,
             )  # fmt: skip
         return self.decode(particles)
 
+    @override
     def _more_samples_note(self) -> str:
         return "DPSWFlow.generate(n, num_steps) reruns the flow from the cached release for free"
 
+    @override
     def privacy_context(self) -> dict[str, Any]:
-        return {"method": "DPSWflow (paper 004, Algorithm 2): one release"}
+        return {"method": "DPSWflow (Sebag et al. 2023, Algorithm 2): one release"}
 
+    @override
     def planned_events(self) -> list:
         """The one release, before it is drawn (so a budget can refuse it)."""
         event = self.release.event
@@ -369,7 +386,7 @@ class DPSWFlow(_ParticleFlow):
 
 
 class DPSWFlowR(_ParticleFlow):
-    """DPSWflow-r (paper 004, Algorithm 1): fresh Θ and a fresh fixed-size batch every step.
+    """DPSWflow-r (Sebag et al. 2023, Algorithm 1): fresh Θ and a fresh fixed-size batch every step.
 
     Step ``k``: ``Θ_k`` (``N_θ`` checked directions, generator seeded by ``(seed, k)``), release
     ``Ỹ_k = B_k Θ_kᵀ + Z_k`` of the batch ``B_k`` (``b`` of the ``n`` records, uniformly without
@@ -379,7 +396,7 @@ class DPSWFlowR(_ParticleFlow):
     Privacy (replace-one): each release emits one subsampled-Gaussian-without-replacement event,
     ratio ``γ = b/n``, multiplier ``σ/Δ``, ``Δ = 2·sqrt(w(N_θ, δ_s))``; RDP per step bounded by
     Wang, Balle & Kasiviswanathan 2019 (for ``b = n``: ``α/(2(σ/Δ)²)``), composed by
-    :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`. Give ``noise_sigma`` or
+    :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`. Give ``noise_scale`` or
     ``target_epsilon`` (σ is then the smallest multiplier reaching it over the planned ``T`` =
     max_steps or max_epochs·steps_per_epoch).
 
@@ -396,7 +413,7 @@ class DPSWFlowR(_ParticleFlow):
         self,
         num_particles: int = 4000,
         num_directions: int = 70,
-        noise_sigma: float | None = None,
+        noise_scale: float | None = None,
         target_epsilon: float | None = None,
         delta: float = 1e-5,
         delta_s: float = 1e-8,
@@ -411,33 +428,37 @@ class DPSWFlowR(_ParticleFlow):
         secure_rng: bool = False,
     ) -> None:
         super().__init__(
-            num_particles, num_directions, noise_sigma, target_epsilon, delta, delta_s, w_bound,
+            num_particles, num_directions, noise_scale, target_epsilon, delta, delta_s, w_bound,
             step_size, diffusion, init_std, evaluate_at, seed, noise_seed, secure_rng,
         )  # fmt: skip
         self.save_hyperparameters()
         self.accountant = accountant
         self.batches = BatchReleases(self.release, self.seed)
 
+    @override
     def calibrate(self, datamodule: Any) -> None:
         self.planned_release_count = self.batches.bind(
             type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
         )
 
+    @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
         step = self.trainer.global_step  # the loader only yields step numbers
         theta, target_sorted = self.batches(step, self.particles.device)
         self._flow_step(target_sorted.transpose(0, 1), theta, step)
         self._tick()
 
+    @override
     def _more_samples_note(self) -> str:
         return (
             "DPSWFlowR cannot make more samples for free: a new flow needs new releases of the "
             "private data, which spends privacy budget"
         )
 
+    @override
     def privacy_context(self) -> dict[str, Any]:
         return {
-            "method": "DPSWflow-r (paper 004, Algorithm 1): one release per step",
+            "method": "DPSWflow-r (Sebag et al. 2023, Algorithm 1): one release per step",
             "subset_seed_is_public": self.batches.subset_seed_is_public(),
         }
 

@@ -1,4 +1,4 @@
-"""DPSWgen (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with the DP
+"""DPSWgen (Rakotomamonjy & Ralaivola 2021; Sebag et al. 2023, §5): a generator trained with the DP
 sliced-Wasserstein loss on per-step releases (package docstring)."""
 
 from __future__ import annotations
@@ -7,7 +7,13 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
+from typing_extensions import override
 
+from lightning_dpot.checks import (
+    check_epsilon,
+    check_nonnegative_int,
+    check_positive_int,
+)
 from lightning_dpot.data.protocols import LatentPrivateData, require_data
 from lightning_dpot.distributed import rank_world
 from lightning_dpot.methods.dpsw.release import (
@@ -16,21 +22,16 @@ from lightning_dpot.methods.dpsw.release import (
     SlicedReleaseModule,
     check_sigma_or_target,
 )
+from lightning_dpot.methods.dpsw.sensitivity import WBound
 from lightning_dpot.ot.sliced import (
     dp_sliced_wasserstein_loss,
 )
-from lightning_dpot.privacy.secure_rng import seeded_generator
-from lightning_dpot.privacy.sliced_sensitivity import WBound
-from lightning_dpot.privacy.validation import (
-    check_epsilon,
-    check_nonnegative_int,
-    check_positive_int,
-)
+from lightning_dpot.rng import seeded_generator
 
 
 class DPSWGen(SlicedReleaseModule):
-    """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; paper 004 §5): a generator trained with
-    the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
+    """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; Sebag et al. 2023, §5): a generator
+    trained with the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
 
     Step ``k``: fresh ``Θ_k`` and release ``Ỹ_k`` of the fixed-size batch (as DPSWFlowR); generate
     images ``G(u)``, ``u ~ N(0, I)``; map them to the latent sphere with the frozen public encoder,
@@ -53,7 +54,7 @@ class DPSWGen(SlicedReleaseModule):
         self,
         generator: nn.Module,
         num_directions: int = 70,
-        noise_sigma: float | None = None,
+        noise_scale: float | None = None,
         target_epsilon: float | None = None,
         delta: float = 1e-5,
         delta_s: float = 1e-8,
@@ -66,14 +67,14 @@ class DPSWGen(SlicedReleaseModule):
         secure_rng: bool = False,
     ) -> None:
         super().__init__()
-        check_sigma_or_target(noise_sigma, target_epsilon)
+        check_sigma_or_target(noise_scale, target_epsilon)
         self.save_hyperparameters(ignore=["generator"])
         self.generator = generator
         self._build_release(
-            noise_sigma, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
+            noise_scale, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
         )
         self.target_epsilon = (
-            None if target_epsilon is None else check_epsilon(target_epsilon, "target_epsilon")
+            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
         )
         self.generated_batch_size = check_positive_int("generated_batch_size", generated_batch_size)
         self.lr = lr
@@ -82,12 +83,14 @@ class DPSWGen(SlicedReleaseModule):
         self.batches = BatchReleases(self.release, self.seed)
         self.dim: int | None = None
 
+    @override
     def privacy_context(self) -> dict[str, Any]:
         return {
             "method": "DPSWgen (Rakotomamonjy & Ralaivola 2021): one release per batch",
             "subset_seed_is_public": self.batches.subset_seed_is_public(),
         }
 
+    @override
     def setup(self, stage: str) -> None:
         if self.dim is not None:
             return
@@ -109,9 +112,11 @@ class DPSWGen(SlicedReleaseModule):
         self._autoencoder.to(records.device).eval()
         return self._autoencoder.encode(records)  # ℓ2-normalized, differentiable in records
 
+    @override
     def forward(self, u: Tensor) -> Tensor:
         return self.generator(u)
 
+    @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor | None:
         # Each training batch is a release with its own subset and Θ, keyed by the batch's index
         # in the run (= global_step unless accumulate_grad_batches > 1, where one optimizer step
@@ -122,14 +127,16 @@ class DPSWGen(SlicedReleaseModule):
         z = self.to_latent(self(u))
         g = seeded_generator(self.seed, STREAM_FLOW, step, rank_world()[0], device=z.device)
         loss = dp_sliced_wasserstein_loss(
-            z, target_sorted.transpose(0, 1), theta, self.noise_sigma, g
+            z, target_sorted.transpose(0, 1), theta, self.noise_scale, g
         )
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         return loss
 
+    @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.generator.parameters(), lr=self.lr)
 
+    @override
     @torch.no_grad()
     def sample(
         self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
@@ -148,8 +155,10 @@ class DPSWGen(SlicedReleaseModule):
             self.train(was_training)
         return torch.cat(out) if out else torch.empty(0)
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["dpsw_release"] = self.release.state_dict()
 
+    @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.release.load_state_dict(checkpoint["dpsw_release"])

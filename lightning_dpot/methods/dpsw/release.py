@@ -1,5 +1,5 @@
 """The sliced Gaussian release shared by the DPSW methods: the module base that owns one
-:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`, and the per-step batch
+:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`, and the per-step batch
 releases of DPSWflow-r and DPSWgen (package docstring: adjacency, DDP)."""
 
 from __future__ import annotations
@@ -9,34 +9,35 @@ from typing import Any
 import lightning as L
 import torch
 from torch import Tensor
+from typing_extensions import override
 
+from lightning_dpot.checks import (
+    check_nonnegative,
+)
 from lightning_dpot.distributed import all_gather_rows, rank_world
 from lightning_dpot.generative import Generative
-from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT, swor_sample_rate
-from lightning_dpot.privacy.calibration import min_noise_multiplier
+from lightning_dpot.methods.dpsw.sensitivity import WBound
+from lightning_dpot.methods.dpsw.sliced_release import SlicedGaussianRelease
+from lightning_dpot.privacy.accounting.analysis.schemes import WITHOUT_REPLACEMENT, swor_sample_rate
+from lightning_dpot.privacy.accounting.calibration import min_noise_multiplier
 from lightning_dpot.privacy.contract import (
     ReleasesPrivateData,
     planned_releases,
     warn_if_unaccounted,
 )
-from lightning_dpot.privacy.secure_rng import seeded_generator
-from lightning_dpot.privacy.sliced_release import SlicedGaussianRelease
-from lightning_dpot.privacy.sliced_sensitivity import WBound
-from lightning_dpot.privacy.validation import (
-    check_nonnegative,
-)
+from lightning_dpot.rng import seeded_generator
 
 STREAM_DIRECTIONS, STREAM_RELEASE, STREAM_FLOW, STREAM_INIT, STREAM_SUBSET = range(5)
 
 
-def check_sigma_or_target(noise_sigma: float | None, target_epsilon: float | None) -> None:
-    if (noise_sigma is None) == (target_epsilon is None):
+def check_sigma_or_target(noise_scale: float | None, target_epsilon: float | None) -> None:
+    if (noise_scale is None) == (target_epsilon is None):
         raise ValueError(
-            "give exactly one of noise_sigma (σ ≥ 0, 0 = not private) and target_epsilon "
-            f"(> 0), got noise_sigma={noise_sigma!r}, target_epsilon={target_epsilon!r}"
+            "give exactly one of noise_scale (σ ≥ 0, 0 = not private) and target_epsilon "
+            f"(> 0), got noise_scale={noise_scale!r}, target_epsilon={target_epsilon!r}"
         )
-    if noise_sigma is not None:
-        check_nonnegative("noise_sigma", noise_sigma)
+    if noise_scale is not None:
+        check_nonnegative("noise_scale", noise_scale)
 
 
 class BatchReleases:
@@ -83,7 +84,7 @@ class BatchReleases:
         self.datamodule = datamodule
         # A subset drawn from a public seed is known: account b of b (no amplification).
         n_accounted = b if self.subset_seed_is_public() else n
-        sigma, steps = self.release.noise_sigma, None
+        sigma, steps = self.release.noise_scale, None
         if target_epsilon is not None:
             steps = planned_releases(trainer, datamodule.steps_per_epoch)
             multiplier = min_noise_multiplier(
@@ -129,7 +130,7 @@ class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
 
     def _build_release(
         self,
-        noise_sigma: float | None,
+        noise_scale: float | None,
         num_directions: int,
         delta: float,
         delta_s: float,
@@ -139,22 +140,24 @@ class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
     ) -> None:
         self.release = SlicedGaussianRelease(
             num_directions, delta, delta_s, w_bound, noise_seed, secure_rng,
-            is_private=noise_sigma != 0.0,
+            is_private=noise_scale != 0.0,
         )  # fmt: skip
-        self.release.noise_sigma = 0.0 if noise_sigma is None else float(noise_sigma)
+        self.release.noise_scale = 0.0 if noise_scale is None else float(noise_scale)
 
+    @override
     def privacy_releases(self) -> list[SlicedGaussianRelease]:
         return [self.release]
 
     @property
-    def noise_sigma(self) -> float:
+    def noise_scale(self) -> float:
         """σ of the release (what the flow's drift and the DP-SW loss deconvolve)."""
-        return self.release.noise_sigma
+        return self.release.noise_scale
 
     @property
     def mechanism_calls(self) -> int:
         """Releases of private data so far (restored checkpoints included)."""
         return self.release.events.total
 
+    @override
     def on_train_start(self) -> None:
         warn_if_unaccounted(self)

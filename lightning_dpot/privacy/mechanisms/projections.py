@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_positive
+from lightning_dpot.checks import check_positive
 
 
 def _l1_norms(x: Tensor) -> Tensor:

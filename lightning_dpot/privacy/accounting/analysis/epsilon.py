@@ -1,21 +1,22 @@
 r"""The one path from (scheme, q, σ, steps, δ) to ε: :func:`epsilon_of_history`.
 
 A history is a list of runs ``(noise_multiplier, sample_rate, num_steps)`` of one sampling
-scheme (:mod:`~lightning_dpot.privacy.analysis.schemes`). Under each accountant the one-step
-analysis of the scheme is composed over the runs and converted:
+scheme (:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`). Under each accountant the
+one-step analysis of the scheme is composed over the runs and converted:
 
 * ``"rdp"``: :math:`\varepsilon = \mathrm{conv}_\delta\big(\sum_{\text{runs}} T_i\,
   \rho_\alpha(\sigma_i, q_i)\big)`, with the one-step curve :math:`\rho_\alpha` of the scheme
   (:data:`RDP_CURVES`: Mironov, Talwar, Zhang 2019 for Poisson, Wang, Balle, Kasiviswanathan
   2019 for sampling without replacement) and the conversion of Canonne, Kamath, Steinke 2020
-  (:func:`~lightning_dpot.privacy.analysis.conversions.rdp_to_epsilon`);
+  (:func:`~lightning_dpot.privacy.accounting.analysis.conversions.rdp_to_epsilon`);
 * ``"pld"``: :math:`\varepsilon(\delta)` of :math:`\bigotimes_{\text{runs}}
   \mathrm{PLD}(\sigma_i, q_i)^{\otimes T_i}` (:data:`PLDS`: Poisson only;
-  :func:`~lightning_dpot.privacy.analysis.conversions.pld_to_epsilon`).
+  :func:`~lightning_dpot.privacy.accounting.analysis.conversions.pld_to_epsilon`).
 
 Every ε in the package goes through :func:`epsilon_of_history`: the stateful accountants
-(:mod:`lightning_dpot.privacy.accountants`, which keep the one-step analyses in a ``cache``), the
-searches of :mod:`lightning_dpot.privacy.calibration` and :func:`subsampled_gaussian_epsilon`.
+(:mod:`lightning_dpot.privacy.accounting.accountants`, which keep the one-step analyses in a
+``cache``), the searches of :mod:`lightning_dpot.privacy.accounting.calibration` and
+:func:`subsampled_gaussian_epsilon`.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from typing import Any
 import numpy as np
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-from lightning_dpot.privacy.analysis.conversions import pld_to_epsilon, rdp_to_epsilon
-from lightning_dpot.privacy.analysis.pld import poisson_gaussian_pld
-from lightning_dpot.privacy.analysis.rdp_poisson import poisson_gaussian_rdp
-from lightning_dpot.privacy.analysis.rdp_swor import swor_gaussian_rdp
-from lightning_dpot.privacy.analysis.schemes import (
+from lightning_dpot.checks import check_delta, check_positive
+from lightning_dpot.privacy.accounting.analysis.conversions import pld_to_epsilon, rdp_to_epsilon
+from lightning_dpot.privacy.accounting.analysis.pld import poisson_gaussian_pld
+from lightning_dpot.privacy.accounting.analysis.rdp_poisson import poisson_gaussian_rdp
+from lightning_dpot.privacy.accounting.analysis.rdp_swor import swor_gaussian_rdp
+from lightning_dpot.privacy.accounting.analysis.schemes import (
     DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
     POISSON,
@@ -39,7 +41,6 @@ from lightning_dpot.privacy.analysis.schemes import (
     check_sampling,
     compress_history,
 )
-from lightning_dpot.privacy.validation import check_delta, check_positive
 
 RDP_CURVES: dict[str, Callable[[float, float, Sequence[float]], np.ndarray]] = {
     POISSON: poisson_gaussian_rdp,
@@ -91,7 +92,7 @@ def epsilon_of_history(
     Args:
         runs: ``(noise_multiplier, sample_rate, num_steps)`` triples of one scheme, composed in
             any order (validated and merged by
-            :func:`~lightning_dpot.privacy.analysis.schemes.compress_history`).
+            :func:`~lightning_dpot.privacy.accounting.analysis.schemes.compress_history`).
         delta: target δ in (0, 1).
         accountant: ``"rdp"`` (over ``orders``) or ``"pld"`` (with
             ``value_discretization_interval``; Poisson sampling only).
@@ -104,7 +105,7 @@ def epsilon_of_history(
     Returns:
         ε ≥ 0 (0 for an empty history) under the adjacency of ``sampling``.
     """
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     accountant = check_accountant(accountant, sampling)
     merged = compress_history(runs)
     if not merged:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.validation import check_nonnegative_int
+from lightning_dpot.checks import check_nonnegative_int
 
 __all__ = [
     "NoiseSource",

@@ -2,16 +2,16 @@ r"""RDP of one step of the Poisson-subsampled Gaussian mechanism (SGM), add/remo
 
 One step keeps every record with probability :math:`q` (``sample_rate``) and adds
 :math:`\mathcal N(0, \sigma^2 \Delta^2 I)` to a function of ℓ2 sensitivity :math:`\Delta`
-(:mod:`~lightning_dpot.privacy.analysis.schemes`). It is :math:`(\alpha, \rho_\alpha)`-RDP
-(Mironov 2017) with, for integer :math:`\alpha \ge 2` (Mironov, Talwar, Zhang 2019, "Rényi
-Differential Privacy of the Sampled Gaussian Mechanism", Sec. 3.3),
+(:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`). It is
+:math:`(\alpha, \rho_\alpha)`-RDP (Mironov 2017) with, for integer :math:`\alpha \ge 2` (Mironov,
+Talwar, Zhang 2019, "Rényi Differential Privacy of the Sampled Gaussian Mechanism", Sec. 3.3),
 
 .. math:: \rho_\alpha = \frac{1}{\alpha - 1} \log \sum_{k=0}^{\alpha} \binom{\alpha}{k}
           (1-q)^{\alpha-k} q^k \exp\!\Big(\frac{k^2 - k}{2\sigma^2}\Big),
 
 and a numerically integrated series for fractional :math:`\alpha`; :math:`\rho_\alpha =
 \alpha / (2\sigma^2)` for :math:`q = 1`. RDP composes additively: :math:`T` steps give
-:math:`T \rho_\alpha` (:mod:`~lightning_dpot.privacy.analysis.epsilon`).
+:math:`T \rho_\alpha` (:mod:`~lightning_dpot.privacy.accounting.analysis.epsilon`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ from collections.abc import Sequence
 import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant as _dpa_rdp_module
 
-from lightning_dpot.privacy.analysis.schemes import DEFAULT_RDP_ORDERS, check_orders, check_run
+from lightning_dpot.privacy.accounting.analysis.schemes import (
+    DEFAULT_RDP_ORDERS,
+    check_orders,
+    check_run,
+)
 
 
 def poisson_gaussian_rdp(
@@ -35,7 +39,8 @@ def poisson_gaussian_rdp(
     ``RdpAccountant`` calls for a ``PoissonSampledDpEvent`` of a ``GaussianDpEvent``. It is a
     private name of that library, so the test-suite pins it against the public accountant and
     against the formula above. Entries may be ``inf`` where the series does not converge; those
-    orders are ignored by :func:`~lightning_dpot.privacy.analysis.conversions.rdp_to_epsilon`.
+    orders are ignored by
+    :func:`~lightning_dpot.privacy.accounting.analysis.conversions.rdp_to_epsilon`.
     """
     sigma, q, _ = check_run(noise_multiplier, sample_rate, 1)
     orders = check_orders(orders)

@@ -9,7 +9,8 @@ is :math:`(\varepsilon, \delta)`-DP with the improved conversion of Canonne, Kam
 .. math:: \varepsilon = \min_\alpha\; \rho_\alpha + \log(1 - 1/\alpha)
           - \frac{\log \delta + \log \alpha}{\alpha - 1},
 
-minimised over the grid (:data:`~lightning_dpot.privacy.analysis.schemes.DEFAULT_RDP_ORDERS`).
+minimised over the grid
+(:data:`~lightning_dpot.privacy.accounting.analysis.schemes.DEFAULT_RDP_ORDERS`).
 An upper bound on the true ε. When the minimum sits at an end of the grid it may lie outside
 it, so ε (still valid) may be loose: :func:`rdp_to_epsilon` warns, as Opacus does.
 
@@ -29,8 +30,8 @@ from collections.abc import Sequence
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 from dp_accounting.rdp import compute_epsilon as _dpa_rdp_compute_epsilon
 
-from lightning_dpot.privacy.analysis.schemes import DEFAULT_RDP_ORDERS, check_orders
-from lightning_dpot.privacy.validation import check_delta
+from lightning_dpot.checks import check_delta
+from lightning_dpot.privacy.accounting.analysis.schemes import DEFAULT_RDP_ORDERS, check_orders
 
 
 class RDPOrderEdgeWarning(UserWarning):
@@ -47,7 +48,7 @@ def rdp_to_epsilon(
     ``compute_epsilon``. Warns (:class:`RDPOrderEdgeWarning`) when the optimal order is the
     smallest or the largest of ``orders``.
     """
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     orders = check_orders(orders)
     if len(rdp) != len(orders):
         raise ValueError(f"rdp has {len(rdp)} entries but there are {len(orders)} orders")
@@ -70,4 +71,4 @@ def rdp_to_epsilon(
 
 def pld_to_epsilon(pld: PrivacyLossDistribution, delta: float) -> float:
     """ε ≥ 0 at ``delta`` of a (composed) privacy loss distribution (module docstring)."""
-    return float(max(0.0, pld.get_epsilon_for_delta(check_delta(delta))))
+    return float(max(0.0, pld.get_epsilon_for_delta(check_delta("delta", delta))))

@@ -1,8 +1,8 @@
-"""Wasserstein differential privacy (WDP) as stated in paper 003 (Yang et al., AAAI 2024).
+"""Wasserstein differential privacy (WDP) as stated in Yang et al. 2024 (AAAI 2024).
 
 **WDP is a different notion from differential privacy.** A mechanism M is (μ, ε)-WDP
-(paper 003, Definition 3) when, for all adjacent D, D', the μ-Wasserstein distance between the
-output distributions is at most ε:
+(Yang et al. 2024, Definition 3) when, for all adjacent D, D', the μ-Wasserstein distance between
+the output distributions is at most ε:
 
     W_μ(Pr_M(D), Pr_M(D')) = (inf_γ ∫ ‖x − y‖^μ dγ(x, y))^(1/μ) ≤ ε,   μ ≥ 1.
 
@@ -46,7 +46,7 @@ from typing import Any
 
 from scipy.special import gamma, hyp1f1
 
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_delta,
     check_epsilon,
     check_nonnegative,
@@ -72,13 +72,13 @@ _NOT_DP = "a Wasserstein-distance notion, not an (ε, δ)-DP statement"
 
 @dataclass(frozen=True)
 class WDPGuarantee:
-    """A WDP (μ, ε) statement of paper 003; never an (ε, δ)-DP guarantee.
+    """A WDP (μ, ε) statement of Yang et al. 2024; never an (ε, δ)-DP guarantee.
 
     Attributes:
         order: the Wasserstein order μ ≥ 1.
         epsilon: the WDP budget ε (a Wasserstein distance in the output's units).
         source: what was analysed, e.g. "gaussian mechanism".
-        reference: where the formula is in paper 003.
+        reference: where the formula is in Yang et al. 2024.
         parameters: the inputs, as (name, value) pairs.
         failure_probability: δ of generalized WDP (Definition 5) for the accountant, else None.
             It is the probability that the Wasserstein loss exceeds ε, not the δ of (ε, δ)-DP.
@@ -105,7 +105,7 @@ class WDPGuarantee:
             if self.worst_case
             else "EMPIRICAL, data-dependent: no worst-case guarantee"
         )
-        label = f"{head} [{self.source}; paper 003, {self.reference}; {scope}]; {_NOT_DP}"
+        label = f"{head} [{self.source}; Yang et al. 2024, {self.reference}; {scope}]; {_NOT_DP}"
         object.__setattr__(self, "guarantee", label)
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,7 +116,7 @@ class WDPGuarantee:
             "order": self.order,
             "epsilon": self.epsilon,
             "source": self.source,
-            "reference": f"paper 003, {self.reference}",
+            "reference": f"Yang et al. 2024, {self.reference}",
             "worst_case": self.worst_case,
             "parameters": dict(self.parameters),
         }
@@ -136,7 +136,7 @@ def _check_order(order: float) -> float:
 
 
 def wdp_laplace(scale: float, sensitivity: float, order: float) -> WDPGuarantee:
-    """WDP of the Laplace mechanism f(x) + Lap(0, λ), paper 003 Proposition 7.
+    """WDP of the Laplace mechanism f(x) + Lap(0, λ), Yang et al. 2024, Proposition 7.
 
     ε = ½ Δ (√(2 [1/λ + exp(−1/λ) − 1]))^(1/μ),
 
@@ -163,7 +163,7 @@ def wdp_laplace(scale: float, sensitivity: float, order: float) -> WDPGuarantee:
 
 
 def wdp_gaussian(scale: float, sensitivity: float, order: float) -> WDPGuarantee:
-    """WDP of the Gaussian mechanism f(x) + N(0, σ²), paper 003 Proposition 8.
+    """WDP of the Gaussian mechanism f(x) + N(0, σ²), Yang et al. 2024, Proposition 8.
 
     ε = ½ (Δ / σ)^(1/μ).
 
@@ -186,7 +186,7 @@ def wdp_gaussian(scale: float, sensitivity: float, order: float) -> WDPGuarantee
 
 
 def wdp_from_dp(epsilon: float, sensitivity: float, order: float) -> WDPGuarantee:
-    """ε-DP (pure) implies WDP, paper 003 Proposition 9.
+    """ε-DP (pure) implies WDP, Yang et al. 2024, Proposition 9.
 
     ε_WDP = ½ Δ (2 ε (e^ε − 1))^(1/(2μ)),
 
@@ -197,7 +197,7 @@ def wdp_from_dp(epsilon: float, sensitivity: float, order: float) -> WDPGuarante
         sensitivity: sensitivity Δ > 0 of the underlying query.
         order: Wasserstein order μ ≥ 1.
     """
-    epsilon = check_epsilon(epsilon)
+    epsilon = check_epsilon("epsilon", epsilon)
     sensitivity = check_positive("sensitivity", sensitivity)
     order = _check_order(order)
     value = 0.5 * sensitivity * (2.0 * epsilon * math.expm1(epsilon)) ** (1.0 / (2.0 * order))
@@ -213,7 +213,7 @@ def wdp_from_dp(epsilon: float, sensitivity: float, order: float) -> WDPGuarante
 def wdp_from_rdp(
     rdp_epsilon: float, sensitivity: float, order: float, rdp_order: float = 1.0
 ) -> WDPGuarantee:
-    """(α, ε)-RDP implies WDP, paper 003 Proposition 10.
+    """(α, ε)-RDP implies WDP, Yang et al. 2024, Proposition 10.
 
     ε_WDP = ½ Δ (2 ε_RDP)^(1/(2μ)),   for any RDP order α ≥ 1
 
@@ -247,12 +247,13 @@ def wdp_from_rdp(
 
 
 def gaussian_absolute_moment(mean: float, std: float, order: float) -> float:
-    """Raw absolute moment E|Z|^μ of Z ~ N(m, s²), paper 003 Lemma 1 (Winkelbauer 2012, eq. 17).
+    """Raw absolute moment E|Z|^μ of Z ~ N(m, s²), Yang et al. 2024, Lemma 1 (Winkelbauer 2012,
+    eq. 17).
 
     E|Z|^μ = (2 s²)^(μ/2) Γ((μ + 1)/2) / √π · ₁F₁(−μ/2; 1/2; −m² / (2 s²)),
 
-    with ₁F₁ Kummer's confluent hypergeometric function (``scipy.special.hyp1f1``). In paper
-    003, m = q d_t and s² = Var = (2 − 2q + 2q²) σ².
+    with ₁F₁ Kummer's confluent hypergeometric function (``scipy.special.hyp1f1``). In
+    Yang et al. 2024, m = q d_t and s² = Var = (2 − 2q + 2q²) σ².
 
     Args:
         mean: m (any real).
@@ -281,7 +282,7 @@ def subsampled_gaussian_wdp_loss(
     order: float,
     num_components: int = 1,
 ) -> float:
-    """Per-step WDP loss of the Poisson-subsampled Gaussian mechanism, paper 003 Theorem 2.
+    """Per-step WDP loss of the Poisson-subsampled Gaussian mechanism, Yang et al. 2024, Theorem 2.
 
     loss_t = [Σ_{i=1}^{n} E|Z_ti|^μ]^(1/μ) = (n · E|Z|^μ)^(1/μ),
     Z ~ N(q d_t, (2 − 2q + 2q²) σ²),
@@ -310,7 +311,7 @@ def subsampled_gaussian_wdp_loss(
 
 
 def wdp_compose(step_losses: Sequence[float], beta: float, delta: float) -> float:
-    """Wasserstein accountant tail bound, paper 003 Corollary 1 (from Theorem 1).
+    """Wasserstein accountant tail bound, Yang et al. 2024, Corollary 1 (from Theorem 1).
 
     ε = Σ_t loss_t − log(δ) / β,
 
@@ -322,7 +323,7 @@ def wdp_compose(step_losses: Sequence[float], beta: float, delta: float) -> floa
         delta: failure probability δ ∈ (0, 1) of generalized WDP.
     """
     beta = check_positive("beta", beta)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     total = 0.0
     for index, loss in enumerate(step_losses):
         total += check_nonnegative(f"step_losses[{index}]", loss)
@@ -344,7 +345,7 @@ def wasserstein_accountant(
 ) -> WDPGuarantee:
     """Generalized WDP (μ, ε) of T steps of the Poisson-subsampled Gaussian mechanism.
 
-    Paper 003, Lemma 1 + Theorem 2 + Corollary 1, with noise standard deviation
+    Yang et al. 2024, Lemma 1 + Theorem 2 + Corollary 1, with noise standard deviation
     σ = noise_multiplier · Δ:
 
         ε = Σ_{t=1}^{T} (n · E|Z_t|^μ)^(1/μ) − log(δ)/β,   Z_t ~ N(q d_t, (2 − 2q + 2q²) σ²).
@@ -377,7 +378,7 @@ def wasserstein_accountant(
     sensitivity = check_positive("sensitivity", sensitivity)
     order = _check_order(order)
     beta = check_positive("beta", beta)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     num_components = check_positive_int("num_components", num_components)
     noise_std = noise_multiplier * sensitivity
     parameters: tuple[tuple[str, float], ...] = (

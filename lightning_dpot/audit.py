@@ -24,9 +24,10 @@ rest, so choosing it does not bias the bound. An audit can only show a bug (ε_l
 passing it is evidence, not a proof. Its power is checked by auditing the same mechanism with
 its noise halved, which must exceed the claim.
 
-The ``*_scores`` functions run the product's own code paths (:class:`~lightning_dpot.privacy.ldp.
-LocalRandomizer`, :class:`~lightning_dpot.privacy.gradient_sanitizer.GradientSanitizer`,
-:func:`~lightning_dpot.privacy.sliced_sensitivity.gaussian_sliced_release`) on a worst-case pair
+The ``*_scores`` functions run the product's own code paths
+(:class:`~lightning_dpot.privacy.mechanisms.ldp.LocalRandomizer`,
+:class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`,
+:func:`~lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`) on a worst-case pair
 and return one test statistic per draw, oriented so that larger means D'. See
 ``docs/privacy_audit.md`` and ``benchmarks/audit_privacy.py``.
 """
@@ -41,11 +42,11 @@ import torch
 from scipy.stats import beta as beta_distribution
 from torch import Tensor
 
+from lightning_dpot.checks import check_probability
+from lightning_dpot.methods.dpsw.sensitivity import gaussian_sliced_release
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
-from lightning_dpot.privacy.gradient_sanitizer import GradientSanitizer
-from lightning_dpot.privacy.ldp import LocalRandomizer
-from lightning_dpot.privacy.sliced_sensitivity import gaussian_sliced_release
-from lightning_dpot.privacy.validation import check_probability
+from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
+from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
 
 __all__ = [
     "AuditResult",
@@ -212,7 +213,7 @@ def dp_sinkhorn_canary_gradients(
 def sliced_release_scores(
     theta: Tensor, sigma: float, draws: int, generator: torch.Generator
 ) -> tuple[Tensor, Tensor]:
-    """The sliced release ``yΘᵀ + N(0, σ²)`` (paper 004 eq. 23) of the worst unit-norm pair
+    """The sliced release ``yΘᵀ + N(0, σ²)`` (Sebag et al. 2023, eq. 23) of the worst unit-norm pair
     ``y = −u, y′ = u`` with u the top right singular vector of Θ (‖Θ(y′ − y)‖ = 2‖Θ‖₂, the
     largest over the unit ball); statistic: projection onto Θu/‖Θu‖."""
     u = torch.linalg.svd(theta, full_matrices=False).Vh[0]

@@ -1,8 +1,9 @@
-r"""Sanitization of the loss gradient w.r.t. generated records (DP-Sinkhorn, paper 002 §4.3).
+r"""Sanitization of the loss gradient w.r.t. generated records (DP-Sinkhorn, Cao et al. 2021,
+§4.3).
 
 Let G = ∇_X Ŝ ∈ R^{(n+n')×d} be the gradient of the loss w.r.t. the generated batch. Rows
 [0:n) (the *cross block* G_c) depend on the real Poisson batch Y; rows [n:n+n') (G_d) do not
-(Def. 4.3). The release is (SPEC §6)::
+(Def. 4.3). The release is (see docs/dp_sinkhorn.md)::
 
     G̃_c = G_c · min(1, Δ / ‖G_c‖_F) + 2Δσ · N(0, I_{n×d}),
     G̃_d = G_d · min(1, Δ / ‖G_d‖_F)                        (clipped, no noise).
@@ -24,8 +25,7 @@ Noise source. The noise must be secret: by default it comes from a private ``tor
 seeded from OS entropy (``noise_seed=None``). An explicit ``noise_seed`` makes runs reproducible
 (the noise of the run's k-th release on rank r is drawn from a generator seeded by
 ``(noise_seed, k, r)``), but anyone who knows the seed can subtract the noise: use it for tests
-and debugging only
-(:class:`~lightning_dpot.privacy.secure_rng.SecretNoise`).
+and debugging only (:class:`~lightning_dpot.rng.SecretNoise`).
 
 Events. The sanitizer is a release object (:mod:`lightning_dpot.privacy.contract`): every call
 with noise emits one :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` (σ, q) into
@@ -38,14 +38,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
-from lightning_dpot.privacy.secure_rng import SecretNoise, standard_normal
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_delta,
     check_nonnegative,
     check_positive,
     check_probability,
 )
+from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
+from lightning_dpot.rng import SecretNoise, standard_normal
 
 __all__ = ["GradientSanitizer", "clip_frobenius"]
 
@@ -92,7 +92,7 @@ class GradientSanitizer:
         delta: float | None = None,
     ) -> None:
         self.clip_norm = check_positive("clip_norm", clip_norm)
-        self.delta = None if delta is None else check_delta(delta)
+        self.delta = None if delta is None else check_delta("delta", delta)
         self.noise_multiplier = check_nonnegative("noise_multiplier", noise_multiplier)
         self.noise = SecretNoise(noise_seed, secure_rng)
         self.sample_rate = (
@@ -133,7 +133,7 @@ class GradientSanitizer:
 
     def facts(self) -> dict:
         return {
-            "mechanism": "gaussian on the jointly clipped cross block (paper 002 §4.3, SPEC §6)",
+            "mechanism": "gaussian on the jointly clipped cross block (Cao et al. 2021, §4.3)",
             "clip_norm": self.clip_norm,
             "sensitivity_l2": self.sensitivity_l2,
             "noise_std": self.noise_std,

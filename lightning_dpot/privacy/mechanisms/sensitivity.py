@@ -1,19 +1,20 @@
-"""Sensitivities of the released vector, from public declarations only (SPEC §3).
+"""Sensitivities of the released vector, from public declarations only (see
+docs/design.md#local-privatization).
 
 With declared bounds the support's diameter in ℓp gives Δp; a projection onto the ℓ1 ball of
 radius R1 or the ℓ2 ball of radius R2 bounds it too, and the smallest valid bound is used:
 
     Δ1 = min(diam₁, 2·R1, 2·√m·R2),   Δ2 = min(diam₂, 2·R2, 2·R1),
 
-using ‖v‖₂ ≤ ‖v‖₁ and ‖v‖₁ ≤ √m‖v‖₂ for v ∈ R^m. Paper values ([-1, 1], 28×28): Δ1 = 1568,
-Δ2 = 56; with clipping Δ1 = 2·R1 ∈ {700, 550}, Δ2 = 2·R2 = 40.
+using ‖v‖₂ ≤ ‖v‖₁ and ‖v‖₁ ≤ √m‖v‖₂ for v ∈ R^m. Values of Reshetova et al. 2024 ([-1, 1],
+28×28): Δ1 = 1568, Δ2 = 56; with clipping Δ1 = 2·R1 ∈ {700, 550}, Δ2 = 2·R2 = 40.
 """
 
 from __future__ import annotations
 
 import math
 
-from lightning_dpot.privacy.validation import check_positive
+from lightning_dpot.checks import check_positive
 
 
 def declared_sensitivity(

@@ -3,10 +3,10 @@ r"""Stateful privacy accountants: record the subsampled Gaussian steps a run rel
 As in Opacus (``opacus/accountants/rdp.py`` beside ``opacus/accountants/analysis``), these
 objects only keep the bookkeeping: a history of runs ``(noise_multiplier, sample_rate,
 num_steps)`` of one sampling scheme, saved in checkpoints. Every ε they report is
-:func:`~lightning_dpot.privacy.analysis.epsilon.epsilon_of_history` of that history (the
+:func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history` of that history (the
 mathematics, the adjacency relations and the references are in
-:mod:`lightning_dpot.privacy.analysis`); each accountant keeps the one-step analysis of every
-distinct (σ, q) in a cache of its own, so ε after any number of steps is cheap.
+:mod:`lightning_dpot.privacy.accounting.analysis`); each accountant keeps the one-step analysis of
+every distinct (σ, q) in a cache of its own, so ε after any number of steps is cheap.
 
 * :class:`RDPAccountant`: Rényi DP (Mironov, Talwar, Zhang 2019 for Poisson sampling; Wang,
   Balle, Kasiviswanathan 2019 for sampling without replacement), converted by Canonne, Kamath,
@@ -28,12 +28,13 @@ from typing import Any, ClassVar
 import numpy as np
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
-from lightning_dpot.privacy.analysis.epsilon import (
+from lightning_dpot.checks import check_delta, check_positive
+from lightning_dpot.privacy.accounting.analysis.epsilon import (
     SAMPLINGS_OF,
     check_accountant,
     epsilon_of_history,
 )
-from lightning_dpot.privacy.analysis.schemes import (
+from lightning_dpot.privacy.accounting.analysis.schemes import (
     DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
     POISSON,
@@ -44,8 +45,7 @@ from lightning_dpot.privacy.analysis.schemes import (
     check_sampling,
     compress_history,
 )
-from lightning_dpot.privacy.calibration import DEFAULT_SEARCH_LIMIT, largest_count_within
-from lightning_dpot.privacy.validation import check_delta, check_positive
+from lightning_dpot.privacy.accounting.calibration import DEFAULT_SEARCH_LIMIT, largest_count_within
 
 
 class PrivacyAccountant(ABC):
@@ -136,14 +136,14 @@ class PrivacyAccountant(ABC):
 
     def get_epsilon(self, delta: float) -> float:
         """ε at ``delta`` of everything recorded so far (0 before the first step)."""
-        return self._epsilon_of_history(self._history, check_delta(delta))
+        return self._epsilon_of_history(self._history, check_delta("delta", delta))
 
     def epsilon_if(
         self, delta: float, noise_multiplier: float, sample_rate: float, num_steps: int = 1
     ) -> float:
         """ε at ``delta`` if ``num_steps`` more steps of (σ, q) were recorded; no side effect."""
         runs = compress_history([*self._history, (noise_multiplier, sample_rate, num_steps)])
-        return self._epsilon_of_history(runs, check_delta(delta))
+        return self._epsilon_of_history(runs, check_delta("delta", delta))
 
     def max_additional_steps(
         self,
@@ -158,7 +158,7 @@ class PrivacyAccountant(ABC):
         0 when the next step would already exceed the target (or the history alone does).
         """
         sigma, q, _ = check_run(noise_multiplier, sample_rate, 1)
-        delta = check_delta(delta)
+        delta = check_delta("delta", delta)
         return largest_count_within(
             lambda count: self.epsilon_if(delta, sigma, q, count), target_epsilon, search_limit
         )
@@ -197,12 +197,12 @@ class PrivacyAccountant(ABC):
         if "history" not in state_dict:
             raise ValueError("state_dict has no 'history' entry")
         history = compress_history(state_dict["history"])
-        previous = self._history
+        saved = self._history
         self._history = []
         try:
             self.sampling = sampling
         except ValueError:
-            self._history = previous
+            self._history = saved
             raise
         self._history = history
 
@@ -214,7 +214,7 @@ class PrivacyAccountant(ABC):
 
 
 class RDPAccountant(PrivacyAccountant):
-    """Rényi-DP accountant (:mod:`lightning_dpot.privacy.analysis`: the SGM's RDP, or the
+    """Rényi-DP accountant (:mod:`lightning_dpot.privacy.accounting.analysis`: the SGM's RDP, or the
     subsampled Gaussian without replacement's when ``sampling="without_replacement"``).
 
     The one-step RDP curve of each distinct (σ, q) is computed once and cached on the instance,
@@ -242,7 +242,7 @@ class RDPAccountant(PrivacyAccountant):
 
 
 class PLDAccountant(PrivacyAccountant):
-    """Privacy-loss-distribution accountant (:mod:`lightning_dpot.privacy.analysis.pld`;
+    """Privacy-loss-distribution accountant (:mod:`lightning_dpot.privacy.accounting.analysis.pld`;
     Poisson sampling only: dp-accounting 0.6 has no PLD for sampling without replacement).
 
     The one-step PLD of each distinct (σ, q) is built once and cached on the instance; ε of a

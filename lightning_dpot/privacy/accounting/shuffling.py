@@ -1,11 +1,11 @@
 """Amplification by shuffling for pure ε0-LDP reports (Feldman, McMillan, Talwar 2021).
 
-Setting. Each of ``n`` users applies an ε0-DP local randomizer (pure LDP, δ0 = 0) to its own
-record, and the ``n`` reports are released in a uniformly random order (or, equivalently, the
-records were shuffled before a data-independent privatization, the argument of paper 001,
-§IV-A). The shuffled release is then (ε, δ)-DP in the central model with respect to
-**replace-one adjacency** (datasets differing in one user's record), with ε much smaller than ε0.
-δ here is only the failure probability of the amplification bound; the local reports have none.
+Setting. Each of ``n`` users applies an ε0-DP local randomizer (pure LDP, δ0 = 0) to its own record,
+and the ``n`` reports are released in a uniformly random order (or, equivalently, the records were
+shuffled before a data-independent privatization, the argument of Reshetova et al. 2024, §IV-A). The
+shuffled release is then (ε, δ)-DP in the central model with respect to **replace-one adjacency**
+(datasets differing in one user's record), with ε much smaller than ε0. δ here is only the failure
+probability of the amplification bound; the local reports have none.
 
 Reference: V. Feldman, A. McMillan, K. Talwar, "Hiding among the clones: a simple and nearly
 optimal analysis of privacy amplification by shuffling", FOCS 2021 (arXiv:2012.12803), below
@@ -37,7 +37,7 @@ import math
 import numpy as np
 from scipy.stats import binom
 
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_delta,
     check_epsilon,
     check_nonnegative,
@@ -59,7 +59,7 @@ def closed_form_max_epsilon0(n: int, delta: float) -> float:
     The value is ≤ 0 when n ≤ 16 log(2/δ): then no ε0 > 0 is covered.
     """
     n = check_positive_int("n", n)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     ratio = n / (16.0 * math.log(2.0 / delta))
     return math.log(ratio)
 
@@ -80,9 +80,9 @@ def shuffle_epsilon_closed_form(epsilon0: float, n: int, delta: float) -> float:
     Returns:
         ε such that the shuffled release is (ε, δ)-DP under replace-one adjacency.
     """
-    epsilon0 = check_epsilon(epsilon0, "epsilon0")
+    epsilon0 = check_epsilon("epsilon0", epsilon0)
     n = check_positive_int("n", n)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     max_epsilon0 = closed_form_max_epsilon0(n, delta)
     if epsilon0 > max_epsilon0:
         raise ValueError(
@@ -166,7 +166,7 @@ def shuffle_delta_numerical(
     Returns:
         δ such that the shuffled release is (ε, δ)-DP under replace-one adjacency.
     """
-    epsilon0 = check_epsilon(epsilon0, "epsilon0")
+    epsilon0 = check_epsilon("epsilon0", epsilon0)
     n = check_positive_int("n", n)
     epsilon = check_nonnegative("epsilon", epsilon)
     tail_mass = check_nonnegative("tail_mass", tail_mass)
@@ -200,9 +200,9 @@ def shuffle_epsilon_numerical(
     Returns:
         ε such that the shuffled release is (ε, δ)-DP under replace-one adjacency (≤ ε0).
     """
-    epsilon0 = check_epsilon(epsilon0, "epsilon0")
+    epsilon0 = check_epsilon("epsilon0", epsilon0)
     n = check_positive_int("n", n)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     tolerance = check_positive("tolerance", tolerance)
     tail_mass = 1e-4 * delta
     lo, hi = 0.0, epsilon0

@@ -1,14 +1,15 @@
-"""Local randomizers: the Laplace and Gaussian mechanisms (paper 001 §II, eqs. 8–10).
+"""Local randomizers: the Laplace and Gaussian mechanisms (Reshetova et al. 2024, §II, eqs. 8–10).
 
 A mechanism is fully determined by its public parameters: the sensitivity Δ (from declared
-bounds or a projection radius, see :mod:`lightning_dpot.privacy.sensitivity`) and either the
-privacy target (ε, δ) or the noise scale. The other is derived, so a configuration can state
-whichever the paper states (e.g. "b = 3" in 001 Fig. 11 or "(35, 1e-4)" in Fig. 3).
+bounds or a projection radius, see :mod:`lightning_dpot.privacy.mechanisms.sensitivity`) and either
+the privacy target (ε, δ) or the noise scale. The other is derived, so a configuration can state
+whichever the paper states (e.g. "b = 3" in Reshetova et al. 2024, Fig. 11 or "(35, 1e-4)" in
+Fig. 3).
 
 * Laplace: Z_i ~ Laplace(0, b) i.i.d., b = Δ1/ε — pure ε-DP, density ∝ exp(−‖z‖₁/b).
-  Its matched OT cost is ‖·‖₁ with λ = b (p = 1, Theorem 1 of paper 001).
-* Gaussian: Z_i ~ N(0, σ²) i.i.d., σ from :mod:`lightning_dpot.privacy.gaussian` — (ε, δ)-DP.
-  Its matched OT cost is ‖·‖₂² with λ = 2σ² (p = 2).
+  Its matched OT cost is ‖·‖₁ with λ = b (p = 1, Theorem 1 of Reshetova et al. 2024).
+* Gaussian: Z_i ~ N(0, σ²) i.i.d., σ from :mod:`lightning_dpot.privacy.mechanisms.gaussian` — (ε,
+  δ)-DP. Its matched OT cost is ‖·‖₂² with λ = 2σ² (p = 2).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lightning_dpot.privacy.gaussian import (
+from lightning_dpot.checks import check_delta, check_epsilon, check_positive
+from lightning_dpot.privacy.mechanisms.gaussian import (
     CALIBRATIONS,
     GaussianCalibration,
     gaussian_epsilon,
     gaussian_sigma,
 )
-from lightning_dpot.privacy.secure_rng import NoiseSource, standard_normal, uniform
-from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive
+from lightning_dpot.rng import NoiseSource, standard_normal, uniform
 
 MechanismName = Literal["laplace", "gaussian"]
 
@@ -46,7 +47,7 @@ class LaplaceMechanism:
     delta: float = 0.0
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
+        check_epsilon("epsilon", self.epsilon)
         check_positive("sensitivity_l1", self.sensitivity)
 
     @classmethod
@@ -58,7 +59,7 @@ class LaplaceMechanism:
 
     @property
     def noise_scale(self) -> float:
-        """Laplace scale b (the σ of paper 001 §IV for p = 1)."""
+        """Laplace scale b (the σ of Reshetova et al. 2024, §IV for p = 1)."""
         return self.sensitivity / self.epsilon
 
     @property
@@ -68,7 +69,7 @@ class LaplaceMechanism:
 
     def sample_noise(self, shape: tuple[int, ...], generator: NoiseSource) -> Tensor:
         """i.i.d. Laplace(0, b) noise by inverse CDF: b·sign(u)·(−log(1 − 2|u|)), u ~ U(−½, ½)
-        (:mod:`~lightning_dpot.privacy.secure_rng` for the sources)."""
+        (:mod:`~lightning_dpot.rng` for the sources)."""
         u = uniform(shape, generator).sub_(0.5)
         sign = torch.sign(u)
         # In place, bit-identical to −b·sign(u)·log1p(−2|u|): multiplying by ±1 is exact.
@@ -94,8 +95,8 @@ class GaussianMechanism:
     p: int = 2
 
     def __post_init__(self) -> None:
-        check_epsilon(self.epsilon)
-        check_delta(self.delta)
+        check_epsilon("epsilon", self.epsilon)
+        check_delta("delta", self.delta)
         check_positive("sensitivity_l2", self.sensitivity)
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {self.calibration!r}")

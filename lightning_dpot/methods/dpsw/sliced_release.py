@@ -1,5 +1,5 @@
 r"""The sliced Gaussian release as one object: calibration, the checked directions, the release
-itself, the events it emits and the facts it reports (paper 004 eq. 23, Lemma 1).
+itself, the events it emits and the facts it reports (Sebag et al. 2023, eq. 23, Lemma 1).
 
     M(Y) = Y Θᵀ + Z,   Z_{ij} ~ N(0, σ²),   records ‖y_i‖₂ ≤ 1.
 
@@ -15,7 +15,7 @@ with no δ_s term.
 
 **The threshold.** Any threshold fixed before the data is seen gives a valid guarantee; it only
 sets Δ and how often a draw is redrawn. Lemma 1's ``w(N_θ, δ_s)`` (``w_bound``,
-:mod:`~lightning_dpot.privacy.sliced_sensitivity`) bounds one fixed direction, and in higher
+:mod:`~lightning_dpot.methods.dpsw.sensitivity`) bounds one fixed direction, and in higher
 dimension ``‖Θ‖²_op`` is usually above it (N_θ = 70, d = 32: w = 4.97, median ‖Θ‖²_op = 5.54, 99 %
 of draws rejected). The threshold is therefore ``max(w, q)`` with ``q`` the 0.999-quantile of
 ``‖Θ‖²_op`` under uniform directions, estimated by Monte Carlo from public parameters only
@@ -37,27 +37,27 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from lightning_dpot.ot.sliced import random_directions
-from lightning_dpot.privacy.analysis.schemes import WITHOUT_REPLACEMENT
-from lightning_dpot.privacy.events import (
-    EventLog,
-    GaussianRelease,
-    PrivacyEvent,
-    SubsampledGaussianStep,
+from lightning_dpot.checks import (
+    check_delta,
+    check_nonnegative,
+    check_positive_int,
 )
-from lightning_dpot.privacy.secure_rng import SecretNoise
-from lightning_dpot.privacy.sliced_sensitivity import (
+from lightning_dpot.methods.dpsw.sensitivity import (
     W_BOUNDS,
     WBound,
     check_release_inputs,
     gaussian_sliced_release,
     projection_bound_w,
 )
-from lightning_dpot.privacy.validation import (
-    check_delta,
-    check_nonnegative,
-    check_positive_int,
+from lightning_dpot.ot.sliced import random_directions
+from lightning_dpot.privacy.accounting.analysis.schemes import WITHOUT_REPLACEMENT
+from lightning_dpot.privacy.events import (
+    EventLog,
+    GaussianRelease,
+    PrivacyEvent,
+    SubsampledGaussianStep,
 )
+from lightning_dpot.rng import SecretNoise
 
 __all__ = ["SlicedGaussianRelease", "operator_norm_quantile", "operator_norm_squared"]
 
@@ -96,9 +96,9 @@ class SlicedGaussianRelease:
         num_directions: ``N_θ``, directions per release.
         delta: δ of the Gaussian mechanism (the guarantee's δ; module docstring: no δ_s term).
         delta_s: sets the threshold ``w(N_θ, δ_s)`` (how often a draw of Θ is redrawn).
-        w_bound: form of ``w`` (:func:`~lightning_dpot.privacy.sliced_sensitivity.
+        w_bound: form of ``w`` (:func:`~lightning_dpot.methods.dpsw.sensitivity.
             projection_bound_w`); any form is valid as a threshold.
-        noise_seed, secure_rng: the noise source (:class:`~lightning_dpot.privacy.secure_rng.
+        noise_seed, secure_rng: the noise source (:class:`~lightning_dpot.rng.
             SecretNoise`).
         is_private: False only for the non-private reference (σ = 0).
     """
@@ -115,14 +115,14 @@ class SlicedGaussianRelease:
     ) -> None:
         self.is_private = bool(is_private)
         self.num_directions = check_positive_int("num_directions", num_directions)
-        self.delta = check_delta(delta)
-        self.delta_s = check_delta(delta_s, name="delta_s")
+        self.delta = check_delta("delta", delta)
+        self.delta_s = check_delta("delta_s", delta_s)
         if w_bound not in W_BOUNDS:
             raise ValueError(f"w_bound must be one of {W_BOUNDS}, got {w_bound!r}")
         self.w_bound: WBound = w_bound
         self.noise = SecretNoise(noise_seed, secure_rng)
         self.events = EventLog()
-        self.noise_sigma = 0.0
+        self.noise_scale = 0.0
         self.dim: int | None = None
         self.sizes: tuple[int, int] | None = None  # (n, b) of a subsampled release
         self.redraws = 0
@@ -141,18 +141,18 @@ class SlicedGaussianRelease:
 
     def calibrate(
         self,
-        noise_sigma: float,
+        noise_scale: float,
         dim: int,
         dataset_size: int | None = None,
         batch_size: int | None = None,
     ) -> None:
         """Fix σ and what one call releases: the whole dataset (no sizes) or ``batch_size`` of
         ``dataset_size`` records drawn without replacement."""
-        self.noise_sigma = check_nonnegative("noise_sigma", noise_sigma)
+        self.noise_scale = check_nonnegative("noise_scale", noise_scale)
         self.dim = check_positive_int("dim", dim)
-        if self.is_private != (self.noise_sigma > 0.0):
+        if self.is_private != (self.noise_scale > 0.0):
             raise ValueError(
-                f"noise_sigma={noise_sigma!r} for a release declared is_private={self.is_private}"
+                f"noise_scale={noise_scale!r} for a release declared is_private={self.is_private}"
             )
         self.sizes = None if batch_size is None else (int(dataset_size), int(batch_size))
 
@@ -160,7 +160,7 @@ class SlicedGaussianRelease:
     def event(self) -> PrivacyEvent | None:
         """What one call releases, from the σ, dimension and sizes the release uses now
         (``None`` before :meth:`calibrate` and when σ = 0)."""
-        if self.dim is None or self.noise_sigma == 0.0:
+        if self.dim is None or self.noise_scale == 0.0:
             return None
         if self.sizes is None:
             return GaussianRelease(self.noise_multiplier)
@@ -174,7 +174,7 @@ class SlicedGaussianRelease:
         """σ/Δ, the multiplier the accountant composes (0 when not private)."""
         if self.dim is None:
             raise RuntimeError("SlicedGaussianRelease: calibrate() first")
-        return self.noise_sigma / self.sensitivity(self.dim)
+        return self.noise_scale / self.sensitivity(self.dim)
 
     # -- directions and the release ---------------------------------------------------------------
     def directions(self, dim: int, generator: torch.Generator) -> Tensor:
@@ -219,7 +219,7 @@ class SlicedGaussianRelease:
         if event is not None:
             self.events.emit(event)
         with torch.autocast(records.device.type, enabled=False):
-            released = gaussian_sliced_release(x, theta, self.noise_sigma, source)
+            released = gaussian_sliced_release(x, theta, self.noise_scale, source)
         return released.to(records.dtype)
 
     # -- report -----------------------------------------------------------------------------------
@@ -227,8 +227,8 @@ class SlicedGaussianRelease:
         """What the accountant's report needs beyond the events (plain JSON types)."""
         dim = self.dim
         return {
-            "mechanism": "gaussian sliced release (paper 004 eq. 23)",
-            "noise_sigma": self.noise_sigma,
+            "mechanism": "gaussian sliced release (Sebag et al. 2023, eq. 23)",
+            "noise_scale": self.noise_scale,
             "num_directions": self.num_directions,
             "dim": dim,
             "w_bound": self.w_bound,
@@ -247,7 +247,7 @@ class SlicedGaussianRelease:
     def state_dict(self) -> dict:
         return {
             "events": self.events.state_dict(),
-            "calibration": [self.noise_sigma, self.dim, *(self.sizes or (None, None))],
+            "calibration": [self.noise_scale, self.dim, *(self.sizes or (None, None))],
             "redraws": self.redraws,
         }
 
@@ -255,7 +255,7 @@ class SlicedGaussianRelease:
         self.events.load_state_dict(state["events"])
         sigma, dim, dataset_size, batch_size = state["calibration"]
         if dim is None:
-            self.noise_sigma = float(sigma)
+            self.noise_scale = float(sigma)
         else:
             self.calibrate(sigma, dim, dataset_size, batch_size)
         self.redraws = int(state["redraws"])

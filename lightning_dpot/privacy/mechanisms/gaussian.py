@@ -5,8 +5,8 @@ Three calibrations, each usable in both directions ((ε, δ) → σ and (σ, δ)
 
 * ``analytic`` (default) — Balle & Wang 2018, Thm. 8: the mechanism is (ε, δ)-DP iff
   δ ≥ Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ). Exact, hence the smallest σ; it reproduces
-  the σ values of paper 001 (e.g. Δ = 40, (25, 1e-4) → σ = 9.17).
-* ``zhao`` — Zhao et al. 2019, paper 001 eq. (10): σ = Δ (c + √(c² + ε)) / (ε√2),
+  the σ values of Reshetova et al. 2024 (e.g. Δ = 40, (25, 1e-4) → σ = 9.17).
+* ``zhao`` — Zhao et al. 2019 (Reshetova et al. 2024, eq. (10)): σ = Δ (c + √(c² + ε)) / (ε√2),
   c² = ln(2 / (√(16δ + 1) − 1)).
 * ``classical`` — Dwork & Roth 2014, Thm. A.1: σ = √(2 ln(1.25/δ)) Δ / ε, proven only for
   ε < 1 and refused otherwise.
@@ -20,7 +20,7 @@ from typing import Literal
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from lightning_dpot.privacy.validation import check_delta, check_epsilon, check_positive
+from lightning_dpot.checks import check_delta, check_epsilon, check_positive
 
 GaussianCalibration = Literal["analytic", "zhao", "classical"]
 CALIBRATIONS: tuple[str, ...] = ("analytic", "zhao", "classical")
@@ -41,7 +41,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
     then 1e-9 relative above the root: brentq's root may lie on either side within its
     tolerance, and the step makes the returned σ the safe side, so that the ε
     :func:`analytic_gaussian_epsilon` reports for it never exceeds ``epsilon``."""
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    epsilon, delta = check_epsilon("epsilon", epsilon), check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     # δ(σ) decreases in σ; bracket the root in units of Δ.
     lo, hi = 1e-6, 1.0
@@ -60,7 +60,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
 def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     """Smallest ε with ``analytic_gaussian_delta(σ, ε, Δ) ≤ δ``; 0 if δ is met at ε = 0."""
     sigma = check_positive("sigma", sigma)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     if analytic_gaussian_delta(sigma, 0.0, sensitivity) <= delta:
         return 0.0
@@ -77,8 +77,8 @@ def _zhao_c(delta: float) -> float:
 
 
 def zhao_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """Paper 001 eq. (10): σ = Δ (c + √(c² + ε)) / (ε√2)."""
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    """Reshetova et al. 2024, eq. (10): σ = Δ (c + √(c² + ε)) / (ε√2)."""
+    epsilon, delta = check_epsilon("epsilon", epsilon), check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     c = _zhao_c(delta)
     return sensitivity * (c + math.sqrt(c * c + epsilon)) / (epsilon * math.sqrt(2.0))
@@ -87,7 +87,7 @@ def zhao_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 def zhao_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     """Inverse of :func:`zhao_sigma`: with s = σ√2/Δ, ε = (2sc + 1) / s²."""
     sigma = check_positive("sigma", sigma)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     s = sigma * math.sqrt(2.0) / sensitivity
     return (2.0 * s * _zhao_c(delta) + 1.0) / (s * s)
@@ -95,7 +95,7 @@ def zhao_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
 
 def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """σ = √(2 ln(1.25/δ)) Δ / ε, valid only for ε < 1 (Dwork & Roth, Thm. A.1)."""
-    epsilon, delta = check_epsilon(epsilon), check_delta(delta)
+    epsilon, delta = check_epsilon("epsilon", epsilon), check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     if epsilon >= 1.0:
         raise ValueError(
@@ -108,7 +108,7 @@ def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 def classical_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     """Inverse of :func:`classical_sigma`; refused when the result is not < 1."""
     sigma = check_positive("sigma", sigma)
-    delta = check_delta(delta)
+    delta = check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     epsilon = math.sqrt(2.0 * math.log(1.25 / delta)) * sensitivity / sigma
     if epsilon >= 1.0:

@@ -1,8 +1,8 @@
 r"""Calibration: the largest number of steps, or the smallest noise multiplier, within a target ε.
 
 Both searches work for any sampling scheme and accountant: they only evaluate ε through
-:func:`~lightning_dpot.privacy.analysis.epsilon.epsilon_of_history` (the package's one path to
-ε) and use that ε is monotone.
+:func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history` (the package's one
+path to ε) and use that ε is monotone.
 
 * **Steps.** ε is non-decreasing in the number of composed steps :math:`T`.
   :func:`largest_count_within` finds the largest :math:`T \le` ``search_limit`` with
@@ -26,18 +26,22 @@ import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
-from lightning_dpot.privacy.analysis.conversions import RDPOrderEdgeWarning
-from lightning_dpot.privacy.analysis.epsilon import StepCache, check_accountant, epsilon_of_history
-from lightning_dpot.privacy.analysis.schemes import (
-    POISSON,
-    check_run,
-)
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_delta,
     check_epsilon,
     check_positive,
     check_positive_int,
     check_probability,
+)
+from lightning_dpot.privacy.accounting.analysis.conversions import RDPOrderEdgeWarning
+from lightning_dpot.privacy.accounting.analysis.epsilon import (
+    StepCache,
+    check_accountant,
+    epsilon_of_history,
+)
+from lightning_dpot.privacy.accounting.analysis.schemes import (
+    POISSON,
+    check_run,
 )
 
 T = TypeVar("T", int, float)
@@ -77,7 +81,7 @@ def largest_count_within(
     (1, 2, 4, ...) brackets the answer, bisection finds it: O(log k) evaluations. Returns 0 if
     even ``k = 1`` exceeds the target, ``search_limit`` if ``search_limit`` steps fit.
     """
-    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+    target_epsilon = check_epsilon("target_epsilon", target_epsilon)
     search_limit = check_positive_int("search_limit", search_limit)
     epsilon_of_count = _quiet_trials(epsilon_of_count)
     if epsilon_of_count(1) > target_epsilon:
@@ -117,7 +121,7 @@ def smallest_noise_multiplier_within(
         ValueError: if even ``max_noise_multiplier`` does not reach the target (``unreachable``
             is appended to the message: what to change).
     """
-    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+    target_epsilon = check_epsilon("target_epsilon", target_epsilon)
     tolerance = check_positive("tolerance", tolerance)
     max_noise_multiplier = check_positive("max_noise_multiplier", max_noise_multiplier)
     start = check_positive("start", start)
@@ -164,15 +168,15 @@ def max_steps(
 ) -> int:
     """Largest number of steps T of (σ, q) with ε(T) ≤ ``target_epsilon`` at ``delta``.
 
-    :func:`largest_count_within` over :func:`~lightning_dpot.privacy.analysis.epsilon.
+    :func:`largest_count_within` over :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.
     epsilon_of_history` (the one-step analysis is computed once). Exact for the chosen
     accountant: ε(T) ≤ target < ε(T + 1) (for ``"pld"`` up to the monotonicity of the
     discretised composition, which holds in practice); 0 if one step already exceeds the
     target, ``search_limit`` if that many steps fit.
     """
     sigma, q, _ = check_run(noise_multiplier, sample_rate, 1)
-    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
-    delta = check_delta(delta)
+    target_epsilon = check_epsilon("target_epsilon", target_epsilon)
+    delta = check_delta("delta", delta)
     accountant = check_accountant(accountant, sampling)
     cache: StepCache = {}
 
@@ -195,20 +199,20 @@ def min_noise_multiplier(
     """Smallest noise multiplier σ (to within ``tolerance``) with ε ≤ ``target_epsilon`` after
     ``steps`` steps of rate q (b/n without replacement) at ``delta``.
 
-    :func:`smallest_noise_multiplier_within` over :func:`~lightning_dpot.privacy.analysis.
-    epsilon.epsilon_of_history`: ``ε(σ) <= target_epsilon`` and ``ε(σ - tolerance) >
-    target_epsilon`` (unless σ ≤ ``tolerance``). For ``"rdp"`` galloping starts at σ = 1 with
-    ratio 2; for ``"pld"`` (each evaluation is a full PLD composition, slow for small σ) it
-    starts at the RDP answer with ratio 1.1, since PLD is the tighter accountant and its σ is
-    usually a few % below.
+    :func:`smallest_noise_multiplier_within` over
+    :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history`:
+    ``ε(σ) <= target_epsilon`` and ``ε(σ - tolerance) > target_epsilon`` (unless σ ≤ ``tolerance``).
+    For ``"rdp"`` galloping starts at σ = 1 with ratio 2; for ``"pld"`` (each evaluation is a full
+    PLD composition, slow for small σ) it starts at the RDP answer with ratio 1.1, since PLD is the
+    tighter accountant and its σ is usually a few % below.
 
     Raises:
         ValueError: if even ``max_noise_multiplier`` does not reach the target.
     """
     q = check_probability("sample_rate", sample_rate)
     steps = check_positive_int("steps", steps)
-    target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
-    delta = check_delta(delta)
+    target_epsilon = check_epsilon("target_epsilon", target_epsilon)
+    delta = check_delta("delta", delta)
     accountant = check_accountant(accountant, sampling)
 
     def epsilon_of_sigma(sigma: float) -> float:

@@ -1,9 +1,11 @@
 """Argument and record checks shared by every mechanism, bound, accountant and data module.
 
-Each argument check raises ``ValueError`` naming the parameter, the value received and the
-accepted range, so a wrong configuration is refused loudly instead of being clipped. The record
-checks (:func:`check_records`, :func:`check_unit_ball`, :func:`check_labels`) name the failure,
-how many records fail and the first one's index, never a value computed from private records.
+Argument checks take ``(name, value)`` and return the value as a Python number; record checks
+take the tensor first. Each argument check raises ``ValueError`` naming the parameter, the value
+received and the accepted range, so a wrong configuration is refused loudly instead of being
+clipped. The record checks (:func:`check_records`, :func:`check_unit_ball`, :func:`check_labels`)
+name the failure, how many records fail and the first one's index, never a value computed from
+private records.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ def check_nonnegative(name: str, value: float) -> float:
     return value
 
 
-def check_epsilon(value: float, name: str = "epsilon") -> float:
+def check_epsilon(name: str, value: float) -> float:
     """Privacy parameter ε: finite and > 0."""
     return check_positive(name, value)
 
 
-def check_delta(value: float, name: str = "delta") -> float:
+def check_delta(name: str, value: float) -> float:
     """Privacy parameter δ: in the open interval (0, 1)."""
     value = float(value)
     if not math.isfinite(value) or not 0.0 < value < 1.0:

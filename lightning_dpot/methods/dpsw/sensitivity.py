@@ -1,4 +1,5 @@
-"""Sensitivity and release of random projections ``X ↦ XΘᵀ`` (paper 004 §4.3, Lemma 1).
+"""Sensitivity and release of random projections ``X ↦ XΘᵀ`` (Sebag et al. 2023, §4.3,
+Lemma 1).
 
 The DP sliced-Wasserstein flow touches the private data only through the release (eq. 23)
 
@@ -6,9 +7,9 @@ The DP sliced-Wasserstein flow touches the private data only through the release
 
 with ``Θ ∈ R^{N_θ×d}`` of ``N_θ`` directions drawn uniformly on S^{d-1}, independently of the
 data (this module writes directions as rows; the paper's ``Θ`` is ``d × N_θ``, the same matrix
-transposed). Records are ℓ2-normalised, ``‖x_i‖₂ ≤ 1`` (SPEC §7: latents on the unit sphere), so
-two datasets that differ in one record (replace-one) differ by a row ``x − x'`` with
-``‖x − x'‖₂ ≤ 2``.
+transposed). Records are ℓ2-normalised, ``‖x_i‖₂ ≤ 1`` (latents on the unit sphere; see
+docs/dpswflow.md), so two datasets that differ in one record (replace-one) differ by a row
+``x − x'`` with ``‖x − x'‖₂ ≤ 2``.
 
 **The bound w (Lemma 1, Rakotomamonjy & Ralaivola 2021).** For a fixed unit vector ``u`` and
 ``θ`` uniform on S^{d-1}, ``⟨θ, u⟩² ~ Beta(1/2, (d−1)/2)``: values in [0, 1], mean ``1/d``,
@@ -35,14 +36,14 @@ the ℓ2 sensitivity used to calibrate the Gaussian mechanism (the factor 2 is p
   ``w = min_{t>0} (N_θ ln ₁F₁(1/2; d/2; t) + ln(1/δ_s)) / t``. Rigorous (any ``t`` gives a valid
   bound; the minimisation only tightens it) and within about 10 % of the true quantile at the
   paper's settings.
-* ``"auto"`` — SPEC §7 / paper §4.3: ``"clt"`` when ``N_θ > 30``, else ``"bernstein"``.
+* ``"auto"`` — Sebag et al. 2023, §4.3: ``"clt"`` when ``N_θ > 30``, else ``"bernstein"``.
 
 Every form is capped at ``N_θ`` (``S ≤ N_θ`` surely); for ``d = 1``, ``S = N_θ`` exactly.
 
 **δ_s and the reported δ.** The bound fails on an event of probability ≤ δ_s over the draw of
 Θ for a *fixed* pair of records. With Θ drawn from a public seed the adversary may pick the pair
 knowing Θ, so the package does not rely on it:
-:class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease` checks
+:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease` checks
 ``‖Θ‖²_op ≤ w`` on every draw, the sensitivity then holds surely, and δ carries no δ_s term
 (the paper reports ``δ + k·δ_s``, a union bound over ``k`` draws).
 
@@ -61,19 +62,19 @@ import torch
 from scipy import optimize, special, stats
 from torch import Tensor
 
-from lightning_dpot.ot.sliced import noisy_projections
-from lightning_dpot.privacy.secure_rng import NoiseSource
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_delta,
     check_nonnegative,
     check_positive,
     check_positive_int,
     check_unit_ball,
 )
+from lightning_dpot.ot.sliced import noisy_projections
+from lightning_dpot.rng import NoiseSource
 
 WBound = Literal["auto", "bernstein", "clt", "chernoff"]
 W_BOUNDS: tuple[str, ...] = ("auto", "bernstein", "clt", "chernoff")
-CLT_MIN_DIRECTIONS = 30  # paper 004 §4.3: the CLT form for N_θ > 30
+CLT_MIN_DIRECTIONS = 30  # Sebag et al. 2023, §4.3: the CLT form for N_θ > 30
 
 __all__ = [
     "CLT_MIN_DIRECTIONS",
@@ -142,7 +143,7 @@ def projection_bound_w(
     """
     num_directions = check_positive_int("num_directions", num_directions)
     dim = check_positive_int("dim", dim)
-    delta_s = check_delta(delta_s, name="delta_s")
+    delta_s = check_delta("delta_s", delta_s)
     if method not in W_BOUNDS:
         raise ValueError(f"method must be one of {W_BOUNDS}, got {method!r}")
     if method == "auto":
@@ -165,7 +166,7 @@ def sliced_sensitivity(
 
     ``Δ = 2·sqrt(w(N_θ, δ_s))`` (Lemma 1 with ``‖x − x'‖₂ ≤ 2``, paper §5.2), valid with
     probability ≥ 1 − δ_s over Θ for a fixed pair; the package's release checks ‖Θ‖²_op ≤ w on
-    every draw instead (:mod:`~lightning_dpot.privacy.sliced_release`). Arguments as in
+    every draw instead (:mod:`~lightning_dpot.methods.dpsw.sliced_release`). Arguments as in
     :func:`projection_bound_w`.
     """
     return 2.0 * math.sqrt(projection_bound_w(num_directions, dim, delta_s, method))
@@ -189,7 +190,7 @@ def check_release_inputs(x: Tensor, theta: Tensor, norm_tolerance: float = 1e-5)
     """Everything :func:`gaussian_sliced_release` refuses, checked without releasing anything.
 
     ``x`` must be a 2-D floating tensor of finite records with ``‖x_i‖₂ ≤ 1 + norm_tolerance``
-    (:func:`~lightning_dpot.privacy.validation.check_unit_ball`: the error names how many records
+    (:func:`~lightning_dpot.checks.check_unit_ball`: the error names how many records
     fail and the first index, never a norm), ``norm_tolerance`` in ``[0, 1e-3]`` and ``theta``
     an ``(N_θ ≥ 1, d)`` matrix of unit rows (``|‖θ_j‖ − 1| ≤ 1e-4``).
 
@@ -223,7 +224,7 @@ def gaussian_sliced_release(
     *,
     norm_tolerance: float = 1e-5,
 ) -> Tensor:
-    """The private release ``M(X) = XΘᵀ + Z``, ``Z`` i.i.d. N(0, σ²) (paper 004, eq. 23).
+    """The private release ``M(X) = XΘᵀ + Z``, ``Z`` i.i.d. N(0, σ²) (Sebag et al. 2023, eq. 23).
 
     Refuses non-finite records, records with ``‖x_i‖₂ > 1 + norm_tolerance`` (the sensitivity
     bound rests on ``‖x_i‖₂ ≤ 1``: normalise before releasing, never after) and directions that
@@ -232,7 +233,7 @@ def gaussian_sliced_release(
     so the bound holds exactly despite rounding. The input is detached: a release is a value, not
     part of a graph. Θ must be drawn independently of the data
     (:func:`lightning_dpot.ot.sliced.random_directions`); the package calls it only through
-    :class:`~lightning_dpot.privacy.sliced_release.SlicedGaussianRelease`, which checks Θ.
+    :class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`, which checks Θ.
 
     Args:
         x: ``(n, d)`` private records, ``‖x_i‖₂ ≤ 1``.

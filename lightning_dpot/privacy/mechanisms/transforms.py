@@ -1,4 +1,4 @@
-"""Data-independent transforms applied to each record before noise (paper 001 §IV-E).
+"""Data-independent transforms applied to each record before noise (Reshetova et al. 2024, §IV-E).
 
 A transform maps a record of shape ``sample_shape`` to a vector in R^m; the mechanism privatizes
 that vector and the OT loss compares generated and privatized data in the same domain.
@@ -54,7 +54,7 @@ def dct_matrix(n: int, dtype: torch.dtype = torch.float64) -> Tensor:
 
 class DCT2D(RecordTransform):
     """Orthonormal 2-D DCT of each image channel, keeping the top-left ``keep × keep`` block of
-    low-frequency coefficients (a data-independent mask; 001 §IV-E).
+    low-frequency coefficients (a data-independent mask; Reshetova et al. 2024, §IV-E).
 
     f(x) = mask(D_H x D_Wᵀ) ∈ R^(C·keep²). Being an orthonormal map followed by a coordinate
     projection, f is 1-Lipschitz in ℓ2, so Δ2 ≤ diam₂(x); in ℓ1 only Cauchy–Schwarz holds,

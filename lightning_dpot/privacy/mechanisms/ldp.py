@@ -1,11 +1,12 @@
-"""The local randomizer of paper 001: transform → projection → noise, applied once per record.
+"""The local randomizer of Reshetova et al. 2024: transform → projection → noise, applied once
+per record.
 
     Y_i = M(f(x_i)) = Π(f(x_i)) + Z_i,
 
 with f a fixed transform (identity or DCT), Π an optional projection onto an ℓ1/ℓ2 ball and
 Z_i the mechanism's noise. Sensitivity is derived from the source's declared diameters, the
 transform and the projection radii
-(:func:`~lightning_dpot.privacy.sensitivity.declared_sensitivity`).
+(:func:`~lightning_dpot.privacy.mechanisms.sensitivity.declared_sensitivity`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from lightning_dpot.privacy.gaussian import GaussianCalibration
-from lightning_dpot.privacy.mechanisms import Mechanism, MechanismName, make_mechanism
-from lightning_dpot.privacy.projections import project_l1_ball, project_l2_ball
-from lightning_dpot.privacy.secure_rng import NoiseSource
-from lightning_dpot.privacy.sensitivity import declared_sensitivity
-from lightning_dpot.privacy.transforms import RecordTransform
-from lightning_dpot.privacy.validation import check_records
+from lightning_dpot.checks import check_records
+from lightning_dpot.privacy.mechanisms.additive import Mechanism, MechanismName, make_mechanism
+from lightning_dpot.privacy.mechanisms.gaussian import GaussianCalibration
+from lightning_dpot.privacy.mechanisms.projections import project_l1_ball, project_l2_ball
+from lightning_dpot.privacy.mechanisms.sensitivity import declared_sensitivity
+from lightning_dpot.privacy.mechanisms.transforms import RecordTransform
+from lightning_dpot.rng import NoiseSource
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class LocalRandomizer:
 
     def check_records(self, x: Tensor) -> None:
         """Refuse an empty set, records of another shape, non-finite records and records outside
-        the declared bounds (:func:`~lightning_dpot.privacy.validation.check_records`)."""
+        the declared bounds (:func:`~lightning_dpot.checks.check_records`)."""
         if x.numel() == 0:
             raise ValueError("the dataset is empty: nothing to privatize")
         if tuple(x.shape[1:]) != self.transform.sample_shape:

@@ -23,8 +23,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from lightning_dpot.privacy.accountants import PrivacyAccountant, make_accountant
-from lightning_dpot.privacy.analysis.schemes import (
+from lightning_dpot.privacy.accounting.accountants import PrivacyAccountant, make_accountant
+from lightning_dpot.privacy.accounting.analysis.schemes import (
     DEFAULT_PLD_VALUE_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
 )
@@ -75,7 +75,7 @@ def privacy_report(
         releases: events composed; ``stopped_by_budget``: whether training stopped at the
             target; ``module_facts``: the module's
             :meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.privacy_facts`.
-        journal: the run's release journal (:mod:`lightning_dpot.privacy.journal`).
+        journal: the run's release journal (:mod:`lightning_dpot.privacy.accounting.journal`).
         outside_the_guarantee: what the run used or produced that the (ε, δ) does not cover.
         ended_by: the exception that ended the run, ``None`` when it ended normally.
         ledger: the run's entry in its data module's privacy ledger and the total of every

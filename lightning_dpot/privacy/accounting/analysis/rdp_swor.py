@@ -2,8 +2,8 @@ r"""RDP of one step of the Gaussian on a fixed-size subsample without replacemen
 
 One step draws exactly ``b`` of the ``n`` records uniformly at random and adds
 :math:`\mathcal N(0, \sigma^2 \Delta^2 I)` to a function of ℓ2 sensitivity :math:`\Delta` under
-replace-one adjacency (:mod:`~lightning_dpot.privacy.analysis.schemes`). With sampling ratio
-:math:`\gamma = b/n` (``sample_rate``) its RDP is bounded by Theorem 9 / Theorem 27 of Wang,
+replace-one adjacency (:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`). With sampling
+ratio :math:`\gamma = b/n` (``sample_rate``) its RDP is bounded by Theorem 9 / Theorem 27 of Wang,
 Balle, Kasiviswanathan 2019 ("Subsampled Rényi Differential Privacy and Analytical Moments
 Accountant", AISTATS) applied to the Gaussian's RDP :math:`\alpha / (2\sigma^2)`, as
 dp-accounting's ``RdpAccountant`` evaluates it for a ``SampledWithoutReplacementDpEvent(n, b,
@@ -28,7 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 from dp_accounting.rdp import rdp_privacy_accountant as _dpa_rdp_module
 
-from lightning_dpot.privacy.analysis.schemes import DEFAULT_RDP_ORDERS, check_orders, check_run
+from lightning_dpot.privacy.accounting.analysis.schemes import (
+    DEFAULT_RDP_ORDERS,
+    check_orders,
+    check_run,
+)
 
 
 def swor_gaussian_rdp(

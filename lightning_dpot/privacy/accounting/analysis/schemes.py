@@ -6,8 +6,8 @@ Poisson sampling (add/remove-one)
 :math:`q` (an empty sample is possible). :math:`D` and :math:`D'` are adjacent if one is the
 other with one record added (``dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE``). This is
 the relation under which Poisson subsampling amplifies privacy as in
-:mod:`~lightning_dpot.privacy.analysis.rdp_poisson`; "replace one record" costs up to twice the
-sensitivity and is *not* what these numbers certify.
+:mod:`~lightning_dpot.privacy.accounting.analysis.rdp_poisson`; "replace one record" costs up to
+twice the sensitivity and is *not* what these numbers certify.
 
 Fixed-size sampling without replacement (replace-one)
 -----------------------------------------------------
@@ -18,7 +18,7 @@ not apply. Those modules draw, at every step, a uniformly random subset of exact
 public): a replacement changes at most one released row, so one step is the Gaussian mechanism
 with ℓ2 sensitivity Δ on the subsample, i.e. the subsampled Gaussian without replacement with
 :math:`\gamma = b/n` (``sample_rate``, :func:`swor_sample_rate`) and multiplier σ
-(:mod:`~lightning_dpot.privacy.analysis.rdp_swor`).
+(:mod:`~lightning_dpot.privacy.accounting.analysis.rdp_swor`).
 
 The two adjacency relations differ, so runs of the two schemes are never composed together: a
 history is a list of :data:`Run` of one scheme.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from lightning_dpot.privacy.validation import (
+from lightning_dpot.checks import (
     check_nonnegative_int,
     check_positive,
     check_positive_int,
@@ -46,13 +46,13 @@ SAMPLINGS: dict[str, tuple[str, str]] = {
 
 DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
     [1.0 + x / 10.0 for x in range(1, 100)]  # 1.1, 1.2, ..., 10.9: large ε / small σ
-    + [float(a) for a in range(11, 64)]  # 11 ... 63: the paper-002 optimum is α = 18
+    + [float(a) for a in range(11, 64)]  # 11 ... 63: α = 18 is optimal at Cao et al. 2021's MNIST
     + [64.0, 80.0, 96.0, 128.0, 160.0, 192.0, 256.0, 384.0, 512.0, 768.0, 1024.0]  # tiny ε
 )
 """Rényi orders α over which ε is minimised: dp-accounting's default grid (1.1-10.9 by 0.1,
 11-63) extended with orders up to 1024 for very small ε (large σ, few steps). The optimum must
-lie strictly inside the grid for the bound to be tight; at an end point the bound is still
-valid, only looser, and :func:`~lightning_dpot.privacy.analysis.conversions.rdp_to_epsilon`
+lie strictly inside the grid for the bound to be tight; at an end point the bound is still valid,
+only looser, and :func:`~lightning_dpot.privacy.accounting.analysis.conversions.rdp_to_epsilon`
 warns."""
 
 DEFAULT_PLD_VALUE_DISCRETIZATION = 1e-4

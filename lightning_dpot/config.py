@@ -1,0 +1,128 @@
+"""Composed YAML configs: a config may start from shared fragments (``__base__``).
+
+``compose_config(path)`` returns the merged mapping; ``with_composed_configs(args)`` rewrites a
+command line's ``--config FILE`` so that LightningCLI reads the composed config (the arguments
+after it still override it). Both refuse a key of :data:`RENAMED_KEYS` with one line naming its
+new name. Plain YAML, no Lightning: this module sits below everything that runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+BASE_KEY = "__base__"
+
+#: Keys renamed so that one quantity has one name everywhere: an absolute noise standard
+#: deviation or scale is ``noise_scale`` (``noise_multiplier`` is always σ/Δ) and the ε-scaling
+#: ratio of a Sinkhorn solve is ``scaling``.
+RENAMED_KEYS = {"noise_sigma": "noise_scale", "sinkhorn_scaling": "scaling"}
+
+
+def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
+    """Refuse any key of :data:`RENAMED_KEYS` in ``config`` (nested mappings and lists), naming
+    the file (``source``), where the key is and what it is called now.
+
+    Raises:
+        ValueError: ``[config=FILE: ]<path.to.key> was renamed to <new key>``.
+    """
+    if isinstance(config, dict):
+        for key, value in config.items():
+            here = f"{where}.{key}" if where else str(key)
+            if key in RENAMED_KEYS:
+                prefix = f"config={source!r}: " if source else ""
+                raise ValueError(f"{prefix}{here} was renamed to {RENAMED_KEYS[key]}")
+            check_renamed_keys(value, source, here)
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            check_renamed_keys(value, source, f"{where}[{index}]")
+
+
+def compose_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The config in ``path`` with the fragments named by its ``__base__`` merged beneath it.
+
+    ``__base__`` is a path or a list of paths, relative to the file that names them; fragments
+    may name their own. The fragments are merged in order, then the file itself on top: mappings
+    merge key by key; anything else (a number, a string, a list such as ``trainer.callbacks``)
+    replaces what is beneath; a mapping whose ``class_path`` differs from the one beneath
+    replaces it whole (no init_args carry over to another class). A file without ``__base__``
+    comes back as loaded. Files are read with jsonargparse's YAML loader, as ``--config`` is.
+
+    Raises:
+        ValueError: on a ``__base__`` loop, a file that is not a mapping, or a renamed key
+            (:func:`check_renamed_keys`).
+        FileNotFoundError: when a file is missing.
+
+    Example::
+
+        import pathlib, tempfile
+        from lightning_dpot.config import compose_config
+
+        d = pathlib.Path(tempfile.mkdtemp())
+        (d / "base.yaml").write_text("trainer: {max_epochs: 10, accelerator: cpu}\\n")
+        (d / "run.yaml").write_text("__base__: base.yaml\\ntrainer: {max_epochs: 2}\\n")
+        compose_config(d / "run.yaml")  # {'trainer': {'max_epochs': 2, 'accelerator': 'cpu'}}
+    """
+    config = _compose(Path(path), ())
+    check_renamed_keys(config, str(path))
+    return config
+
+
+def _compose(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    from jsonargparse import get_loader
+
+    here = path.resolve()
+    if here in chain:
+        loop = " -> ".join(str(p) for p in (*chain, here))
+        raise ValueError(f"config={str(path)!r}: {BASE_KEY} loop {loop}")
+    config = get_loader("yaml")(path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError(f"config={str(path)!r} must be a mapping, got {type(config).__name__}")
+    bases = config.pop(BASE_KEY, [])
+    composed: dict[str, Any] = {}
+    for base in [bases] if isinstance(bases, str) else bases:
+        composed = _merge(composed, _compose(path.parent / base, (*chain, here)))
+    return _merge(composed, config)
+
+
+def _merge(base: Any, top: Any) -> Any:
+    """``top`` over ``base`` by the rules of :func:`compose_config`."""
+    if not (isinstance(base, dict) and isinstance(top, dict)):
+        return top
+    if "class_path" in base and "class_path" in top and base["class_path"] != top["class_path"]:
+        return top
+    merged = {**base, **{k: _merge(base[k], v) if k in base else v for k, v in top.items()}}
+    if "class_path" in merged:  # written first, as in every config
+        merged = {"class_path": merged.pop("class_path"), **merged}
+    return merged
+
+
+def with_composed_configs(args: Sequence[str]) -> list[str]:
+    """``args`` with each ``--config FILE`` (``-c FILE``, ``--config=FILE``) whose file names
+    ``__base__`` replaced by the composed config as a YAML string, which jsonargparse reads as
+    it reads the file; the arguments after it still override it."""
+    import yaml
+    from jsonargparse import get_loader
+
+    def composed(value: str) -> str:
+        if not os.path.isfile(value):
+            return value  # a YAML string, or a missing file for jsonargparse to report
+        loaded = get_loader("yaml")(Path(value).read_text())
+        if not (isinstance(loaded, dict) and BASE_KEY in loaded):
+            check_renamed_keys(loaded, value)
+            return value
+        return yaml.safe_dump(compose_config(value), sort_keys=False)
+
+    out = list(args)
+    for arg in out:
+        key = arg.removeprefix("--").partition("=")[0].rpartition(".")[2]
+        if arg.startswith("--") and key in RENAMED_KEYS:
+            raise ValueError(f"{arg.partition('=')[0]} was renamed to {RENAMED_KEYS[key]}")
+    for i, arg in enumerate(out):
+        if arg in ("--config", "-c") and i + 1 < len(out):
+            out[i + 1] = composed(out[i + 1])
+        elif arg.startswith("--config="):
+            out[i] = "--config=" + composed(arg.removeprefix("--config="))
+    return out

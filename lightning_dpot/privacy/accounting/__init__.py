@@ -1,0 +1,14 @@
+"""Accounting: what the releases of a run cost in privacy.
+
+* :mod:`~lightning_dpot.privacy.accounting.analysis` — the mathematics of the subsampled
+  Gaussian accountants (pure functions);
+* :mod:`~lightning_dpot.privacy.accounting.accountants` — RDP and PLD accountants recording the
+  steps of a run; :mod:`~lightning_dpot.privacy.accounting.calibration` — the smallest noise or
+  the most steps within a target ε;
+* :mod:`~lightning_dpot.privacy.accounting.journal` — the release journal (releases that left
+  the process before a crash); :mod:`~lightning_dpot.privacy.accounting.report` — the privacy
+  report;
+* :mod:`~lightning_dpot.privacy.accounting.shuffling` — amplification by shuffling of local-DP
+  releases; :mod:`~lightning_dpot.privacy.accounting.wdp` — Wasserstein DP (Yang et al. 2024), a
+  different notion, never reported as (ε, δ)-DP.
+"""
