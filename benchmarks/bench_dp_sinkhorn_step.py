@@ -61,6 +61,13 @@ def _official_loss(blur: float, l1_weight: float):
     return SamplesLoss("sinkhorn", p=2, blur=blur, debias=False, backend="tensorized", cost=cost)
 
 
+def _sanitizer_class(pkg):
+    """``GradientSanitizer`` of ``pkg``: ``privacy.mechanisms`` now, ``privacy`` at b8dc265."""
+    mechanisms = getattr(pkg.privacy, "mechanisms", None)
+    module = getattr(mechanisms, "gradient_sanitizer", None) or pkg.privacy.gradient_sanitizer
+    return module.GradientSanitizer
+
+
 class Side:
     """One side's generator, optimizer and loss; :meth:`step` runs and times one step."""
 
@@ -92,9 +99,7 @@ class Side:
             )
             self.eps = 0.05
         self.sanitizer = (
-            None
-            if self.official
-            else pkg.privacy.gradient_sanitizer.GradientSanitizer(0.5, 1.5, sample_rate=1 / 1200)
+            None if self.official else _sanitizer_class(pkg)(0.5, 1.5, sample_rate=1 / 1200)
         )
         self.parts: dict[str, list[float]] = {k: [] for k in ("forward", "loss", "backward", "opt")}
         self.totals: list[float] = []

@@ -23,8 +23,12 @@ command's module is imported only when it runs.
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import importlib
+import inspect
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,13 +51,73 @@ def _root_cause(err: BaseException) -> BaseException:
     return err
 
 
+def _parameters(class_path: str) -> list[str]:
+    """The constructor arguments of ``class_path`` (empty if it cannot be imported)."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        return list(inspect.signature(cls).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return []
+
+
+def _nearest(name: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def argument_error_line(message: str) -> str | None:
+    """One line from jsonargparse's nested message: the parameter's full key, what it accepts and
+    what it got, or the nearest valid name for an unknown key (``None``: no known pattern)."""
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    path = ".init_args.".join(keys)
+    unknown = re.search(r"Option '([^']+)' is not accepted", message)
+    if unknown:
+        class_path = re.search(r"class_path '([^']+)'", message)
+        owner = class_path.group(1) if class_path else ""
+        where = f"{path}.init_args." if path else ""
+        return (
+            f"{where}{unknown.group(1)} is not an argument of {owner or 'this class'}"
+            + _nearest(unknown.group(1), _parameters(owner) if owner else [])
+        )
+    unrecognized = re.search(r"unrecognized arguments: (\S+)", message)
+    if unrecognized:
+        key = unrecognized.group(1).removeprefix("--").partition("=")[0]
+        group, _, name = key.rpartition(".")
+        known = _parameters("lightning.pytorch.Trainer") if group == "trainer" else []
+        return f"unrecognized argument --{key}" + _nearest(name, known)
+    import_error = re.search(
+        r"(Expected a dot import path string: .*|module '[^']+' has no attribute .*|"
+        r"No module named .*)",
+        message,
+    )
+    if import_error:
+        return (
+            f"{path}: {import_error.group(1).strip()}; give an importable class, e.g. "
+            "lightning_dpot.methods.EntropicWGAN"
+        )
+    given = re.search(r"Given value: (.*)", message)
+    expected = re.findall(r"Expected a <class '([^']+)'>", message)
+    if keys and given and expected:
+        accepted = " or ".join(dict.fromkeys(t.replace("NoneType", "null") for t in expected))
+        return f"{path}: expected {accepted}, got {given.group(1).strip()!r}"
+    if keys:
+        detail = message.rsplit(f'Parser key "{keys[-1]}":', 1)[1].strip().splitlines()
+        return f"{path}: {detail[0].strip()}" if detail else None
+    return None
+
+
 def _run_with_one_line_errors(command: str, fn: Callable[[], Any]) -> Any:
-    """Run ``fn``; a bad value (ValueError, TypeError, FileNotFoundError) exits with one line
-    naming it, unless ``DPOT_DEBUG`` is set."""
+    """Run ``fn``; a bad value (ValueError, TypeError, FileNotFoundError, a bad argument) exits
+    with one line naming it, unless ``DPOT_DEBUG`` is set."""
     if os.environ.get("DPOT_DEBUG"):
         return fn()
     try:
         return fn()
+    except argparse.ArgumentError as err:
+        line = argument_error_line(str(err)) or str(_root_cause(err)).splitlines()[0]
+        print(f"dpot {command}: error: {line}  (DPOT_DEBUG=1 for the traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
     except (ValueError, TypeError, FileNotFoundError) as err:
         cause = _root_cause(err)
         print(f"dpot {command}: error: {cause}  (DPOT_DEBUG=1 for the traceback)", file=sys.stderr)

@@ -40,7 +40,17 @@ def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
             check_renamed_keys(value, source, f"{where}[{index}]")
 
 
-def compose_config(path: str | os.PathLike) -> dict[str, Any]:
+def migrate_renamed_keys(config: Any) -> Any:
+    """``config`` with every key of :data:`RENAMED_KEYS` under its new name: for reading the
+    ``config.yaml`` a run of an earlier version saved (a new config is refused instead)."""
+    if isinstance(config, dict):
+        return {RENAMED_KEYS.get(k, k): migrate_renamed_keys(v) for k, v in config.items()}
+    if isinstance(config, list):
+        return [migrate_renamed_keys(v) for v in config]
+    return config
+
+
+def compose_config(path: str | os.PathLike, *, migrate: bool = False) -> dict[str, Any]:
     """The config in ``path`` with the fragments named by its ``__base__`` merged beneath it.
 
     ``__base__`` is a path or a list of paths, relative to the file that names them; fragments
@@ -49,6 +59,8 @@ def compose_config(path: str | os.PathLike) -> dict[str, Any]:
     replaces what is beneath; a mapping whose ``class_path`` differs from the one beneath
     replaces it whole (no init_args carry over to another class). A file without ``__base__``
     comes back as loaded. Files are read with jsonargparse's YAML loader, as ``--config`` is.
+    A renamed key (:data:`RENAMED_KEYS`) is refused, or with ``migrate`` (reading what a run of
+    an earlier version saved) renamed (:func:`migrate_renamed_keys`).
 
     Raises:
         ValueError: on a ``__base__`` loop, a file that is not a mapping, or a renamed key
@@ -66,6 +78,8 @@ def compose_config(path: str | os.PathLike) -> dict[str, Any]:
         compose_config(d / "run.yaml")  # {'trainer': {'max_epochs': 2, 'accelerator': 'cpu'}}
     """
     config = _compose(Path(path), ())
+    if migrate:
+        return migrate_renamed_keys(config)
     check_renamed_keys(config, str(path))
     return config
 

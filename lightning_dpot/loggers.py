@@ -6,8 +6,11 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from typing_extensions import override
 
 
 def wandb_online_from_env() -> bool:
@@ -18,7 +21,9 @@ def wandb_online_from_env() -> bool:
 class WandbRunLogger(WandbLogger):
     """``WandbLogger`` that runs offline unless ``online=True`` or ``DPOT_WANDB_ONLINE=1``, and
     gives each run its own directory ``<save_dir>/<name>-<time>-<id>`` (which becomes the
-    trainer's ``log_dir``: config.yaml, report.json, plots and samples land there)."""
+    trainer's ``log_dir``: config.yaml, report.json, plots and samples land there). The
+    directory is made when the run starts logging, so a run refused before it starts (a bad
+    value) leaves nothing behind."""
 
     def __init__(
         self,
@@ -30,7 +35,13 @@ class WandbRunLogger(WandbLogger):
     ) -> None:
         online = wandb_online_from_env() if online is None else online
         run_dir = Path(save_dir) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        run_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(
             name=name, project=project, save_dir=str(run_dir), offline=not online, **kwargs
         )
+
+    @property
+    @override
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        Path(self.save_dir).mkdir(parents=True, exist_ok=True)
+        return super().experiment

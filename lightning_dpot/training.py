@@ -24,6 +24,8 @@ from lightning_dpot.config import with_composed_configs
 from lightning_dpot.plugins import AtomicCheckpointIO
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
 
 class DpotCLI(LightningCLI):
     """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
@@ -76,6 +78,9 @@ def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
             subclass_mode_data=True,
             trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
             save_config_kwargs={"overwrite": True},
+            # Bad arguments raise (one line from `dpot`) instead of printing the whole usage.
+            parser_kwargs={"exit_on_error": False}
+            | {command: {"exit_on_error": False} for command in SUBCOMMANDS},
             run=run,
             args=list(args),
         )

@@ -64,11 +64,13 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(
     assert any(line.startswith("metrics.manifold_error ") for line in table)
 
 
-def test_a_bad_value_ends_in_one_line_naming_it(capsys, monkeypatch):
+def test_a_bad_value_ends_in_one_line_naming_it(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the config's runs/ directory is relative
     args = ["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--data.init_args.epsilon=-3"]
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 2
+    assert not any(tmp_path.iterdir()), "a refused run must leave nothing behind"
     err = capsys.readouterr().err
     assert (
         err.strip()
@@ -104,6 +106,40 @@ def test_a_renamed_key_is_refused_with_its_new_name(tmp_path, capsys, old, new):
         assert f"model.init_args.{old} was renamed to {new}" in line, line
     with pytest.raises(ValueError, match=f"renamed to {new}"):
         compose_config(composed)
+    # What a run of an earlier version saved is read under the new names.
+    assert compose_config(composed, migrate=True)["model"]["init_args"] == {new: 0.5}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            ["--data.init_args.epsilon=abc"],
+            "data.init_args.epsilon: expected float or null, got 'abc'",
+        ),
+        (["--data.init_args.epsilonn=2"], "did you mean 'epsilon'?"),
+        (
+            ["--trainer.max_stepz=3"],
+            "unrecognized argument --trainer.max_stepz; did you mean 'max_steps'?",
+        ),
+        (
+            ["--model", "lightning_dpot.methods.Nope"],
+            "model: module 'lightning_dpot.methods' has no",
+        ),
+        (["--config", "/nonexistent.yaml"], "config: File does not exist: '/nonexistent.yaml'"),
+    ],
+)
+def test_every_bad_argument_ends_in_one_line_naming_it(
+    capsys, monkeypatch, tmp_path, extra, expected
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(REPO / "configs/quickstart.yaml"), *extra])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("dpot fit: error: "), err
+    assert expected in err, err
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_top_level_help_needs_no_lightning():

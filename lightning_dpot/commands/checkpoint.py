@@ -57,10 +57,11 @@ def find_run_config(ckpt: str | Path) -> Path:
 
 def _read_yaml(path: str | Path) -> Any:
     """A config file with its ``__base__`` fragments merged (:func:`~lightning_dpot.config.
-    compose_config`), as ``dpot fit`` reads it."""
+    compose_config`), as ``dpot fit`` reads it; keys an earlier version wrote under another name
+    (a saved run's ``config.yaml``) are read under their new names."""
     from lightning_dpot.config import compose_config
 
-    return compose_config(path)
+    return compose_config(path, migrate=True)
 
 
 def load_datamodule(config_path: str | Path) -> Any:

@@ -173,18 +173,15 @@ def evaluate_model(
     reference, labels = held_out_split(datamodule)
     n = int(settings.get("num_samples", 2000))
     check_sample_count(model, n)
-    want_labels = selection.needs_labels and model.conditional
+    want_labels = selection is not None and selection.needs_labels and model.conditional
     x, y = draw(model, n, labelled=want_labels, generator=torch.Generator().manual_seed(seed))
-    sections = selection.score(
-        x,
-        y,
-        reference,
-        labels,
-        seed=seed,
-        cache_dir=cache_dir,
-        source=getattr(datamodule, "source", None),
-    )
     metrics: dict[str, Any] = {"num_samples": int(x.shape[0])}
+    if selection is None:
+        return metrics, x
+    source = getattr(datamodule, "source", None)
+    sections = selection.score(
+        x, y, reference, labels, seed=seed, cache_dir=cache_dir, source=source
+    )
     for name, section in sections.items():
         if name == "w2":
             metrics.update(w2=section["w2"], w2_stderr=section["w2_stderr"])

@@ -229,11 +229,10 @@ def load_suite(path: str | Path) -> Suite:
     unknown = set(evaluation) - set(_EVALUATORS)
     if unknown:
         raise _fail(path, f"evaluation has unknown keys {sorted(unknown)}; known: {_EVALUATORS}")
-    if any(name in evaluation for name in METRICS):
-        try:
-            suite_metrics(evaluation)
-        except ValueError as err:
-            raise _fail(path, f"evaluation: {err}") from None
+    try:
+        suite_metrics(evaluation)
+    except ValueError as err:
+        raise _fail(path, f"evaluation: {err}") from None
     return Suite(
         name=str(raw.get("name", path.stem)),
         path=path.resolve(),
@@ -271,14 +270,15 @@ def _check_placeholders(
                 ) from None
 
 
-def suite_metrics(settings: dict) -> MetricSelection:
-    """The metrics of a suite's ``evaluation`` section; the Fréchet distance defaults to the
-    classifier's features with the held-out split halved (``split_reference``)."""
-    spec = {name: settings[name] for name in METRICS if name in settings}
-    if "frechet" in spec and spec["frechet"] is not False:
+def suite_metrics(settings: dict) -> MetricSelection | None:
+    """The metrics of a suite's ``evaluation`` section (``None``: it selects none); the Fréchet
+    distance defaults to the classifier's features with the held-out split halved
+    (``split_reference``)."""
+    spec = {name: settings[name] for name in METRICS if settings.get(name, False) is not False}
+    if not spec:
+        return None
+    if "frechet" in spec:
         defaults = {"feature_extractor": "classifier", "split_reference": True}
-        spec["frechet"] = {
-            **defaults,
-            **(spec["frechet"] if isinstance(spec["frechet"], dict) else {}),
-        }
+        given = spec["frechet"] if isinstance(spec["frechet"], dict) else {}
+        spec["frechet"] = {**defaults, **given}
     return MetricSelection.parse(spec)

@@ -47,7 +47,7 @@ PREDICTOR_STEPS = (0.0, 0.5, 1.0)
 FINAL_STEPS = 5
 STEP_CAP = 8.0
 RIDGE = 0.1
-BATCH_ELEMENTS = 2**18  # largest n·m·candidates buffer of one pass (2 MB in float64)
+BATCH_ELEMENTS = 2**18  # largest n·m·candidates buffer of one pass per problem (2 MB, float64)
 
 
 def halving_schedule(eps0: float, reg: float) -> list[float]:
@@ -74,11 +74,13 @@ def _objective(cost: Tensor, candidates: Tensor, eps: float) -> tuple[Tensor, Te
 def _best(cost: Tensor, g: Tensor, d: Tensor, steps: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """argmax_t F_ε(g + t d) over ``steps`` for each problem of the batch (``cost`` (B, N, M),
     ``g`` and ``d`` (B, M)): (g + t*·d, the row softmax N·π of that potential). The candidates
-    are evaluated together where B·T·N·M ≤ ``BATCH_ELEMENTS``; otherwise in chunks, and the
+    are evaluated together where T·N·M ≤ ``BATCH_ELEMENTS``; otherwise in chunks, and the
     softmax is recomputed once at the winner (memory stays at one N × M buffer per problem)."""
     batch, n, m = cost.shape
     rows = torch.arange(batch, device=cost.device)
-    chunks = steps.split(max(1, BATCH_ELEMENTS // (batch * n * m)))
+    # Chunks sized per problem: a problem solved in a batch makes the same choices, bit for bit,
+    # as solved alone.
+    chunks = steps.split(max(1, BATCH_ELEMENTS // (n * m)))
     if len(chunks) == 1:
         candidates = g[:, None, :] + steps[None, :, None] * d[:, None, :]
         objective, z, sums = _objective(cost, candidates, eps)

@@ -150,10 +150,12 @@ class ReleasesPrivateData:
         """Drain the release objects' events and say what the next batch will release: the one
         call the accountant makes per batch."""
         releases = self.privacy_releases()
+        # The look-ahead first: if it raises, no event has been drained, so none is lost.
+        next_events = tuple(self.next_step_events())
         return PrivacyUpdate(
             events=tuple(event for release in releases for event in release.events.drain()),
             releases_emitted=sum(release.events.total for release in releases),
-            next_events=tuple(self.next_step_events()),
+            next_events=next_events,
             module=type(self).__name__,
         )
 

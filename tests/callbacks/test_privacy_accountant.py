@@ -641,3 +641,21 @@ def test_the_report_says_what_lies_outside_the_guarantee(finished_run):
     _, _, callback, _ = finished_run
     outside = callback.report()["outside_the_guarantee"]
     assert any("other releases of the same people" in line for line in outside)
+
+
+def test_a_failing_look_ahead_loses_no_release():
+    """``privacy_update`` asks for the next batch's events before it drains anything: if that
+    raises, the releases already made are still there to be composed."""
+    module = ToyDPModule()
+    module.release()
+    module.release()
+
+    def broken():
+        raise RuntimeError("look-ahead failed")
+
+    module.next_step_events = broken
+    with pytest.raises(RuntimeError, match="look-ahead failed"):
+        module.privacy_update()
+    del module.next_step_events
+    update = module.privacy_update()
+    assert len(update.events) == 2 and update.releases_emitted == 2

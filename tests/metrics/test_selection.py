@@ -56,6 +56,8 @@ def test_score_gives_one_section_per_metric_from_the_same_evaluators():
 def test_the_suite_and_the_callbacks_parse_through_the_same_selection():
     with pytest.raises(ValueError, match="metrics.w2: unknown options"):
         suite_metrics({"w2": {"subsamples": 5}})
+    assert suite_metrics({"num_samples": 500, "grid": 16}) is None  # no metric: only samples
+    assert suite_metrics({"manifold": False}) is None
     frechet = suite_metrics({"frechet": {}}).metrics["frechet"]
     assert frechet == {"feature_extractor": "classifier", "split_reference": True}
     with pytest.raises(ValueError, match="subsample must be an integer >= 1"):
