@@ -11,9 +11,10 @@ private records.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported by the record checks only: the CLI's calculators stay fast
+    from torch import Tensor
 
 
 def check_positive(name: str, value: float) -> float:
@@ -75,6 +76,8 @@ def check_nonnegative_int(name: str, value: int) -> int:
 
 def _refuse_rows(failed: Tensor, name: str, what: str, remedy: str, unit: str = "record") -> None:
     """Raise if the per-row mask ``failed`` has any ``True``: count and first index only."""
+    import torch
+
     count = int(failed.sum())
     if count:
         first = int(failed.to(torch.uint8).argmax())  # argmax returns the first maximal index
@@ -92,6 +95,8 @@ def _row_extrema(records: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _refuse_non_finite(lowest: Tensor, highest: Tensor, name: str) -> None:
+    import torch
+
     _refuse_rows(
         ~(torch.isfinite(lowest) & torch.isfinite(highest)),
         name,
@@ -132,6 +137,8 @@ def check_unit_ball(records: Tensor, name: str = "records", tolerance: float = 1
     Raises:
         ValueError: naming the failure, how many records fail and the first one's index.
     """
+    import torch
+
     check_finite(records, name)
     if records.numel() == 0:
         return

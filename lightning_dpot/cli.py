@@ -1,7 +1,7 @@
 """The ``dpot`` command: one dispatcher over the commands of :mod:`lightning_dpot.commands`
 and the training runs of :mod:`lightning_dpot.training`.
 
-* ``dpot fit | validate | test | predict`` — LightningCLI over any method module and datamodule
+* ``dpot fit`` — LightningCLI over any method module and datamodule
   (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir,
   and every private run has an accountant. A config may start from shared fragments
   (``__base__: [../_shared/...yaml]``, :func:`~lightning_dpot.config.compose_config`); the
@@ -33,7 +33,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-TRAINING_COMMANDS = ("fit", "validate", "test", "predict")
+TRAINING_COMMANDS = ("fit",)
+#: Lightning's other entry points: no method defines their steps, so they are refused.
+NOT_OFFERED = ("validate", "test", "predict")
 EXTRA_COMMANDS = {
     "privatize": "privatize a dataset once (local DP) and write the release file",
     "account": "privacy calculators: calibration, composition, shuffling, WDP",
@@ -126,9 +128,7 @@ def _run_with_one_line_errors(command: str, fn: Callable[[], Any]) -> Any:
 
 def _top_level_help() -> str:
     lines = ["usage: dpot COMMAND [options]", "", "commands:"]
-    lines += [
-        f"  {c:<10} train/evaluate with LightningCLI (--config FILE)" for c in TRAINING_COMMANDS
-    ]
+    lines += [f"  {c:<10} train with LightningCLI (--config FILE)" for c in TRAINING_COMMANDS]
     lines += [f"  {c:<10} {h}" for c, h in EXTRA_COMMANDS.items()]
     return "\n".join(lines)
 
@@ -146,6 +146,17 @@ def _dispatch(command: str, rest: list[str], argv: list[str]) -> None:
     if command in EXTRA_COMMANDS:
         importlib.import_module(f"lightning_dpot.commands.{command}").main(rest)
         return
+    if command in NOT_OFFERED:
+        raise ValueError(
+            f"the methods define no {command} step; score a trained run with dpot evaluate "
+            "(or the evaluation callbacks during dpot fit)"
+        )
+    if command not in TRAINING_COMMANDS:
+        commands = (*TRAINING_COMMANDS, *EXTRA_COMMANDS)
+        raise ValueError(
+            f"unknown command {command!r}{_nearest(command, commands)} (commands: "
+            f"{', '.join(commands)})"
+        )
     from lightning_dpot.commands import report
     from lightning_dpot.training import run_lightning
 

@@ -142,11 +142,15 @@ def test_every_bad_argument_ends_in_one_line_naming_it(
     assert not any(tmp_path.iterdir())
 
 
-def test_the_top_level_help_needs_no_lightning():
-    """``dpot --help`` dispatches without importing Lightning or a command's module."""
+def test_the_top_level_help_needs_no_lightning_and_the_calculators_no_torch():
+    """``dpot --help`` dispatches without importing Lightning or a command's module, and
+    ``dpot account`` / ``dpot report`` run without torch (they start in well under a second)."""
     code = (
         "import sys; from lightning_dpot.cli import main; main(['--help']); "
-        "assert 'lightning' not in sys.modules and 'lightning_dpot.commands' not in sys.modules"
+        "assert 'lightning' not in sys.modules and 'lightning_dpot.commands' not in sys.modules; "
+        "main(['account', 'calibrate', '--mechanism', 'gaussian', '--epsilon', '1', "
+        "'--delta', '1e-5', '--sensitivity', '2']); "
+        "assert 'torch' not in sys.modules, 'dpot account imported torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
@@ -257,6 +261,18 @@ def test_top_level_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for command in ("fit", "privatize", "account"):
         assert command in out
+    assert "predict" not in out  # no method defines a predict (validate, test) step
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [("predict", "the methods define no predict step"), ("fitt", "did you mean 'fit'?")],
+)
+def test_a_command_that_does_not_apply_is_refused_in_one_line(capsys, command, expected):
+    with pytest.raises(SystemExit):
+        main([command, "--config", "x.yaml"])
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
 
 
 def test_every_ready_made_callback_is_added_with_one_flag(capsys):
