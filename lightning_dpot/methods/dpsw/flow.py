@@ -42,26 +42,47 @@ from lightning_dpot.rng import seeded_generator
 
 
 class _ParticleFlow(SlicedReleaseModule):
-    """Particles as module state, manual optimisation, decoding and checkpoints."""
+    """Particles as module state, manual optimisation, decoding and checkpoints; the arguments
+    both flows share (each flow adds its own and forwards the rest here).
+
+    Args:
+        num_particles: particles N (all ranks together).
+        num_directions: ``N_θ``.
+        noise_scale / target_epsilon: exactly one: the noise's standard deviation σ, or the ε
+            σ is calibrated to.
+        delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
+            (:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`).
+        step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
+        evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
+        seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
+            particles): post-processing or data-independent, so it may be published.
+        noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
+            never recorded. An integer makes it reproducible, but anyone who knows it can
+            subtract the noise: tests and debugging only.
+        secure_rng: release noise from the OS CSPRNG instead (``docs/secure_noise.md``).
+    """
 
     def __init__(
         self,
-        num_particles: int,
-        num_directions: int,
-        noise_scale: float | None,
-        target_epsilon: float | None,
-        delta: float,
-        delta_s: float,
-        w_bound: WBound,
-        step_size: float,
-        diffusion: float,
-        init_std: float | None,
-        evaluate_at: Literal["noisy", "projection"],
-        seed: int,
-        noise_seed: int | None,
-        secure_rng: bool,
+        num_particles: int = 4000,
+        num_directions: int = 31,
+        noise_scale: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = 1e-5,
+        delta_s: float = 1e-8,
+        w_bound: WBound = "chernoff",
+        step_size: float = 1.0,
+        diffusion: float = 0.0,
+        init_std: float | None = None,
+        evaluate_at: Literal["noisy", "projection"] = "noisy",
+        seed: int = 0,
+        noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
         super().__init__()
+        # Here, not in the flows: Lightning collects the arguments of every __init__ on the
+        # call stack, so the flow's own and all of these (defaults included) are recorded.
+        self.save_hyperparameters()
         self.automatic_optimization = False
         check_sigma_or_target(noise_scale, target_epsilon)
         self._build_release(
@@ -242,17 +263,8 @@ class DPSWFlow(_ParticleFlow):
         num_particles: particles N (all ranks together).
         num_directions: ``N_θ`` (paper: 31).
         directions_per_step: ``M_θ ≤ N_θ`` (paper: 25).
-        noise_scale / target_epsilon: exactly one.
-        delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
-            (:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`).
-        step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
-        evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
-        seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
-            particles): post-processing or data-independent, so it may be published.
-        noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
-            never recorded. An integer makes it reproducible, but anyone who knows it can
-            subtract the noise: tests and debugging only.
-        secure_rng: release noise from the OS CSPRNG instead (``docs/secure_noise.md``).
+        **kwargs: the shared arguments of the flows (noise or target, δ, the flow's step,
+            seeds), documented on ``_ParticleFlow``.
     """
 
     def __init__(
@@ -260,24 +272,9 @@ class DPSWFlow(_ParticleFlow):
         num_particles: int = 4000,
         num_directions: int = 31,
         directions_per_step: int = 25,
-        noise_scale: float | None = None,
-        target_epsilon: float | None = None,
-        delta: float = 1e-5,
-        delta_s: float = 1e-8,
-        w_bound: WBound = "chernoff",
-        step_size: float = 1.0,
-        diffusion: float = 0.0,
-        init_std: float | None = None,
-        evaluate_at: Literal["noisy", "projection"] = "noisy",
-        seed: int = 0,
-        noise_seed: int | None = None,
-        secure_rng: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            num_particles, num_directions, noise_scale, target_epsilon, delta, delta_s, w_bound,
-            step_size, diffusion, init_std, evaluate_at, seed, noise_seed, secure_rng,
-        )  # fmt: skip
-        self.save_hyperparameters()
+        super().__init__(num_particles=num_particles, num_directions=num_directions, **kwargs)
         self.directions_per_step = check_positive_int("directions_per_step", directions_per_step)
         if directions_per_step > num_directions:
             raise ValueError(
@@ -403,35 +400,25 @@ class DPSWFlowR(_ParticleFlow):
     Samples: the ``num_particles`` particles only — more would need another flow on new releases,
     which spends budget (the accountant would have to compose them).
 
-    Args: as :class:`DPSWFlow` (no ``directions_per_step``; paper ``N_θ`` = 70) plus
-        ``accountant`` used to calibrate σ from ``target_epsilon``: ``"rdp"`` only (``"pld"``
-        is refused: dp-accounting has no PLD analysis of sampling without replacement). The
-        datamodule must set ``batch_size`` (``sample_rate=None``).
+    The datamodule must set ``batch_size`` (``sample_rate=None``).
+
+    Args:
+        num_particles: particles N (all ranks together).
+        num_directions: ``N_θ`` (paper: 70).
+        accountant: used to calibrate σ from ``target_epsilon``: ``"rdp"`` only (``"pld"`` is
+            refused: dp-accounting has no PLD analysis of sampling without replacement).
+        **kwargs: the shared arguments of the flows (noise or target, δ, the flow's step,
+            seeds), documented on ``_ParticleFlow``.
     """
 
     def __init__(
         self,
         num_particles: int = 4000,
         num_directions: int = 70,
-        noise_scale: float | None = None,
-        target_epsilon: float | None = None,
-        delta: float = 1e-5,
-        delta_s: float = 1e-8,
-        w_bound: WBound = "chernoff",
-        step_size: float = 1.0,
-        diffusion: float = 0.0,
-        init_std: float | None = None,
-        evaluate_at: Literal["noisy", "projection"] = "noisy",
         accountant: Literal["rdp", "pld"] = "rdp",
-        seed: int = 0,
-        noise_seed: int | None = None,
-        secure_rng: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            num_particles, num_directions, noise_scale, target_epsilon, delta, delta_s, w_bound,
-            step_size, diffusion, init_std, evaluate_at, seed, noise_seed, secure_rng,
-        )  # fmt: skip
-        self.save_hyperparameters()
+        super().__init__(num_particles=num_particles, num_directions=num_directions, **kwargs)
         self.accountant = accountant
         self.batches = BatchReleases(self.release, self.seed)
 
