@@ -12,7 +12,6 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_dpot.checks import (
-    check_epsilon,
     check_nonnegative,
     check_nonnegative_int,
     check_positive,
@@ -29,9 +28,7 @@ from lightning_dpot.methods.dpsw.release import (
     STREAM_SUBSET,
     BatchReleases,
     SlicedReleaseModule,
-    check_sigma_or_target,
 )
-from lightning_dpot.methods.dpsw.sensitivity import WBound
 from lightning_dpot.ot.sliced import (
     random_directions,
     sliced_flow_step,
@@ -43,57 +40,35 @@ from lightning_dpot.rng import seeded_generator
 
 class _ParticleFlow(SlicedReleaseModule):
     """Particles as module state, manual optimisation, decoding and checkpoints; the arguments
-    both flows share (each flow adds its own and forwards the rest here).
+    both flows share (each flow adds its own and forwards the rest here and to
+    :class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`).
 
     Args:
         num_particles: particles N (all ranks together).
-        num_directions: ``N_θ``.
-        noise_scale / target_epsilon: exactly one: the noise's standard deviation σ, or the ε
-            σ is calibrated to.
-        delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
-            (:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`).
         step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
         evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
         seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
             particles): post-processing or data-independent, so it may be published.
-        noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
-            never recorded. An integer makes it reproducible, but anyone who knows it can
-            subtract the noise: tests and debugging only.
-        secure_rng: release noise from the OS CSPRNG instead (``docs/secure_noise.md``).
+        **kwargs: the release's arguments (``num_directions``, ``noise_scale`` or
+            ``target_epsilon``, ``delta``, ``delta_s``, ``w_bound``, ``noise_seed``,
+            ``secure_rng``).
     """
 
     def __init__(
         self,
         num_particles: int = 4000,
-        num_directions: int = 31,
-        noise_scale: float | None = None,
-        target_epsilon: float | None = None,
-        delta: float = 1e-5,
-        delta_s: float = 1e-8,
-        w_bound: WBound = "chernoff",
         step_size: float = 1.0,
         diffusion: float = 0.0,
         init_std: float | None = None,
         evaluate_at: Literal["noisy", "projection"] = "noisy",
         seed: int = 0,
-        noise_seed: int | None = None,
-        secure_rng: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        # Here, not in the flows: Lightning collects the arguments of every __init__ on the
-        # call stack, so the flow's own and all of these (defaults included) are recorded.
-        self.save_hyperparameters()
+        super().__init__(**kwargs)
         self.automatic_optimization = False
-        check_sigma_or_target(noise_scale, target_epsilon)
-        self._build_release(
-            noise_scale, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
-        )
         self.num_particles = check_positive_int("num_particles", num_particles)
         if self.num_particles < 2:
             raise ValueError(f"num_particles must be >= 2, got {num_particles!r}")
-        self.target_epsilon = (
-            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
-        )
         self.step_size = check_positive("step_size", step_size)
         self.diffusion = check_nonnegative("diffusion", diffusion)
         self.init_std = None if init_std is None else check_positive("init_std", init_std)
@@ -263,8 +238,9 @@ class DPSWFlow(_ParticleFlow):
         num_particles: particles N (all ranks together).
         num_directions: ``N_θ`` (paper: 31).
         directions_per_step: ``M_θ ≤ N_θ`` (paper: 25).
-        **kwargs: the shared arguments of the flows (noise or target, δ, the flow's step,
-            seeds), documented on ``_ParticleFlow``.
+        **kwargs: the arguments every flow shares (``_ParticleFlow``: particles, step, seed)
+            and the release's (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`:
+            noise or target, δ, noise source).
     """
 
     def __init__(
@@ -407,8 +383,9 @@ class DPSWFlowR(_ParticleFlow):
         num_directions: ``N_θ`` (paper: 70).
         accountant: used to calibrate σ from ``target_epsilon``: ``"rdp"`` only (``"pld"`` is
             refused: dp-accounting has no PLD analysis of sampling without replacement).
-        **kwargs: the shared arguments of the flows (noise or target, δ, the flow's step,
-            seeds), documented on ``_ParticleFlow``.
+        **kwargs: the arguments every flow shares (``_ParticleFlow``: particles, step, seed)
+            and the release's (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`:
+            noise or target, δ, noise source).
     """
 
     def __init__(

@@ -10,7 +10,6 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_dpot.checks import (
-    check_epsilon,
     check_nonnegative_int,
     check_positive_int,
 )
@@ -20,9 +19,7 @@ from lightning_dpot.methods.dpsw.release import (
     STREAM_FLOW,
     BatchReleases,
     SlicedReleaseModule,
-    check_sigma_or_target,
 )
-from lightning_dpot.methods.dpsw.sensitivity import WBound
 from lightning_dpot.ot.sliced import (
     dp_sliced_wasserstein_loss,
 )
@@ -47,35 +44,25 @@ class DPSWGen(SlicedReleaseModule):
         generator: network ``u → record`` with ``latent_dim`` (paper: the decoder's architecture,
             :class:`~lightning_dpot.nn.ConvDecoderGenerator32`).
         generated_batch_size: generated samples per step.
-        lr: Adam learning rate. Others as :class:`DPSWFlowR`.
+        lr: Adam learning rate.
+        num_directions, accountant, seed: as :class:`~lightning_dpot.methods.dpsw.flow.DPSWFlowR`.
+        **kwargs: the release's arguments
+            (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`: noise or target,
+            δ, noise source).
     """
 
     def __init__(
         self,
         generator: nn.Module,
         num_directions: int = 70,
-        noise_scale: float | None = None,
-        target_epsilon: float | None = None,
-        delta: float = 1e-5,
-        delta_s: float = 1e-8,
-        w_bound: WBound = "chernoff",
         generated_batch_size: int = 250,
         lr: float = 1e-3,
         accountant: Literal["rdp", "pld"] = "rdp",
         seed: int = 0,
-        noise_seed: int | None = None,
-        secure_rng: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        check_sigma_or_target(noise_scale, target_epsilon)
-        self.save_hyperparameters(ignore=["generator"])
+        super().__init__(num_directions=num_directions, **kwargs)
         self.generator = generator
-        self._build_release(
-            noise_scale, num_directions, delta, delta_s, w_bound, noise_seed, secure_rng
-        )
-        self.target_epsilon = (
-            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
-        )
         self.generated_batch_size = check_positive_int("generated_batch_size", generated_batch_size)
         self.lr = lr
         self.accountant = accountant

@@ -11,9 +11,7 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lightning_dpot.checks import (
-    check_nonnegative,
-)
+from lightning_dpot.checks import check_epsilon, check_nonnegative
 from lightning_dpot.distributed import all_gather_rows, rank_world
 from lightning_dpot.generative import Generative
 from lightning_dpot.methods.dpsw.sensitivity import WBound
@@ -124,25 +122,48 @@ class BatchReleases:
 
 
 class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
-    """A module whose only access to private data is one :class:`SlicedGaussianRelease`."""
+    """A module whose only access to private data is one :class:`SlicedGaussianRelease`; it
+    declares the release's arguments once for every DPSW method (each method adds its own and
+    forwards these).
+
+    Args:
+        num_directions: ``N_θ``, the directions of one release.
+        noise_scale / target_epsilon: exactly one: the standard deviation σ of the release's
+            noise (0: not private), or the ε that σ is calibrated to.
+        delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
+            (:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`).
+        noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
+            never recorded. An integer makes it reproducible, but anyone who knows it can
+            subtract the noise: tests and debugging only.
+        secure_rng: release noise from the OS CSPRNG instead (``docs/secure_noise.md``).
+    """
 
     release: SlicedGaussianRelease
 
-    def _build_release(
+    def __init__(
         self,
-        noise_scale: float | None,
-        num_directions: int,
-        delta: float,
-        delta_s: float,
-        w_bound: WBound,
-        noise_seed: int | None,
-        secure_rng: bool,
+        num_directions: int = 70,
+        noise_scale: float | None = None,
+        target_epsilon: float | None = None,
+        delta: float = 1e-5,
+        delta_s: float = 1e-8,
+        w_bound: WBound = "chernoff",
+        noise_seed: int | None = None,
+        secure_rng: bool = False,
     ) -> None:
+        super().__init__()
+        # Here, not in the methods: Lightning collects the arguments of every __init__ on the
+        # call stack, so the method's own and all of these (defaults included) are recorded.
+        self.save_hyperparameters(ignore=["generator"])
+        check_sigma_or_target(noise_scale, target_epsilon)
         self.release = SlicedGaussianRelease(
             num_directions, delta, delta_s, w_bound, noise_seed, secure_rng,
             is_private=noise_scale != 0.0,
         )  # fmt: skip
         self.release.noise_scale = 0.0 if noise_scale is None else float(noise_scale)
+        self.target_epsilon = (
+            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
+        )
 
     @override
     def privacy_releases(self) -> list[SlicedGaussianRelease]:
