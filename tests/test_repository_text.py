@@ -76,15 +76,16 @@ def test_file_names_carry_no_process_words():
     assert not names, names
 
 
+# Each forbidden example is split so that no line of this file reads as one.
 @pytest.mark.parametrize(
     "line",
     [
-        "see paper 002, App. D.3",
-        "Papers 000/001 say",
-        "(001 §IV-B)",
+        "see pa" + "per 002, App. D.3",
+        "Pa" + "pers 000/001 say",
+        "(0" + "01 §IV-B)",
         "as in SP" + "EC §6",
-        "added in stop 21",
-        "fixes issue 12",
+        "added in st" + "op 21",
+        "fixes iss" + "ue 12",
     ],
 )
 def test_the_check_catches_each_kind(line):
