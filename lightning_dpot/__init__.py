@@ -47,8 +47,9 @@ _EXPORTS = {
     # optimal transport
     "EntropicOT": "lightning_dpot.ot",
     "EntropicSolver": "lightning_dpot.ot",
-    # configs and runs
+    # configs, runs and exports
     "compose_config": "lightning_dpot.config",
+    "export_generator": "lightning_dpot.export",
     "run_lightning": "lightning_dpot.training",
 }
 

@@ -9,9 +9,13 @@ and the training runs of :mod:`lightning_dpot.training`.
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.
 * ``dpot account ...`` — privacy calculators (``dpot account --help``).
-* ``dpot sample --ckpt PATH --num N --output FILE [--grid PNG]`` — samples from a checkpoint.
+* ``dpot sample --ckpt PATH --num N --output FILE [--format pt|npz|png-dir] [--grid PNG]`` —
+  samples from a checkpoint (with labels for a class-conditional generator).
 * ``dpot evaluate --ckpt PATH --metrics fid,utility,w2 [--num-samples N]`` — evaluation
   metrics of a checkpoint (JSON, appended to the run's report.json).
+* ``dpot export RUN_DIR [--ckpt PATH] [--output FILE]`` — the run's generator as one TorchScript
+  file that samples with plain torch, its privacy report embedded (``dpot fit`` writes it too,
+  as ``generator.pt``).
 * ``dpot report RUN_DIR`` — a run's report.json as a table.
 * ``dpot compare --config configs/compare/SUITE.yaml`` — methods × ε × seeds on one data set
   with one evaluator set: comparison.json, a table grouped by privacy notion, plots.
@@ -41,6 +45,7 @@ EXTRA_COMMANDS = {
     "account": "privacy calculators: calibration, composition, shuffling, WDP",
     "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
     "evaluate": "FID / classifier FD, downstream utility and W2 of a checkpoint (JSON)",
+    "export": "a run's generator as one TorchScript file for plain torch (generator.pt)",
     "report": "print a run's report.json as a table",
     "compare": "every method of a suite on the same data at equal privacy (table, plots)",
 }
@@ -73,6 +78,15 @@ def argument_error_line(message: str) -> str | None:
     what it got, or the nearest valid name for an unknown key (``None``: no known pattern)."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
     path = ".init_args.".join(keys)
+    section = re.search(
+        r"(?:option '|unrecognized arguments: --)(optimizer|lr_scheduler)\b", message
+    )
+    if section:
+        return (
+            f"{section.group(1)}: dpot fit takes no {section.group(1)} section; every method "
+            "builds its optimizer from its own arguments (model.init_args.lr, and "
+            "model.init_args.optimizer where the method has one)"
+        )
     unknown = re.search(r"Option '([^']+)' is not accepted", message)
     if unknown:
         class_path = re.search(r"class_path '([^']+)'", message)
@@ -98,6 +112,9 @@ def argument_error_line(message: str) -> str | None:
             f"{path}: {import_error.group(1).strip()}; give an importable class, e.g. "
             "lightning_dpot.methods.EntropicWGAN"
         )
+    literal = re.search(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", message)
+    if keys and literal:
+        return f"{path}: expected one of {literal.group(1)}, got {literal.group(2).strip()!r}"
     given = re.search(r"Given value: (.*)", message)
     expected = re.findall(r"Expected a <class '([^']+)'>", message)
     if keys and given and expected:

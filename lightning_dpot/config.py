@@ -2,8 +2,10 @@
 
 ``compose_config(path)`` returns the merged mapping; ``with_composed_configs(args)`` rewrites a
 command line's ``--config FILE`` so that LightningCLI reads the composed config (the arguments
-after it still override it). Both refuse a key of :data:`RENAMED_KEYS` with one line naming its
-new name. Plain YAML, no Lightning: this module sits below everything that runs.
+after it still override it). A ``configs/...`` or ``callbacks/...`` path that names no file on
+disk is read from the copy installed with the package (:mod:`lightning_dpot.resources`). Both
+refuse a key of :data:`RENAMED_KEYS` with one line naming its new name. Plain YAML, no Lightning:
+this module sits below everything that runs.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from lightning_dpot.resources import resolve_path
 
 BASE_KEY = "__base__"
 
@@ -77,7 +81,7 @@ def compose_config(path: str | os.PathLike, *, migrate: bool = False) -> dict[st
         (d / "run.yaml").write_text("__base__: base.yaml\\ntrainer: {max_epochs: 2}\\n")
         compose_config(d / "run.yaml")  # {'trainer': {'max_epochs': 2, 'accelerator': 'cpu'}}
     """
-    config = _compose(Path(path), ())
+    config = _compose(Path(resolve_path(os.fspath(path))), ())
     if migrate:
         return migrate_renamed_keys(config)
     check_renamed_keys(config, str(path))
@@ -121,6 +125,7 @@ def with_composed_configs(args: Sequence[str]) -> list[str]:
     from jsonargparse import get_loader
 
     def composed(value: str) -> str:
+        value = resolve_path(value)
         if not os.path.isfile(value):
             return value  # a YAML string, or a missing file for jsonargparse to report
         loaded = get_loader("yaml")(Path(value).read_text())
@@ -134,6 +139,12 @@ def with_composed_configs(args: Sequence[str]) -> list[str]:
         key = arg.removeprefix("--").partition("=")[0].rpartition(".")[2]
         if arg.startswith("--") and key in RENAMED_KEYS:
             raise ValueError(f"{arg.partition('=')[0]} was renamed to {RENAMED_KEYS[key]}")
+    for i, arg in enumerate(out):  # a packaged callback file: --trainer.callbacks+=callbacks/…
+        flag, eq, value = arg.partition("=")
+        if eq and flag.startswith("--") and value.endswith((".yaml", ".yml")):
+            out[i] = f"{flag}={resolve_path(value)}"
+        elif not arg.startswith("-") and arg.endswith((".yaml", ".yml")):
+            out[i] = resolve_path(arg)
     for i, arg in enumerate(out):
         if arg in ("--config", "-c") and i + 1 < len(out):
             out[i + 1] = composed(out[i + 1])

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from lightning_dpot.checks import check_positive_int
 
-__all__ = ["Generative", "NotConditionalError", "draw", "require_generative"]
+__all__ = ["Generative", "NotConditionalError", "draw", "record_shape", "require_generative"]
 
 
 class NotConditionalError(ValueError):
@@ -106,3 +106,10 @@ def draw(
         x, y = model.sample_labeled(n, generator=generator)
         return x.detach().cpu(), y.detach().cpu()
     return model.sample(n, generator=generator).detach().cpu(), None
+
+
+def record_shape(model: Generative) -> tuple[int, ...]:
+    """The shape of one record of ``model``: one draw from a seeded ``torch.Generator`` (the
+    global RNG is neither read nor advanced)."""
+    x, _ = draw(model, 1, generator=torch.Generator().manual_seed(0))
+    return tuple(x.shape[1:])

@@ -1,15 +1,18 @@
-"""Weights & Biases logging, offline by default, one directory per run."""
+"""Weights & Biases logging, offline by default, one directory per run; files of a run as W&B
+artifacts (:class:`ArtifactLogger`)."""
 
 from __future__ import annotations
 
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
 from typing_extensions import override
 
 
@@ -18,12 +21,19 @@ def wandb_online_from_env() -> bool:
     return os.environ.get("DPOT_WANDB_ONLINE", "").strip().lower() in ("1", "true", "yes")
 
 
+@runtime_checkable
+class ArtifactLogger(Protocol):
+    """A logger that keeps files of a run as one versioned artifact (W&B artifacts)."""
+
+    def log_files(self, name: str, artifact_type: str, paths: Sequence[str | Path]) -> None: ...
+
+
 class WandbRunLogger(WandbLogger):
     """``WandbLogger`` that runs offline unless ``online=True`` or ``DPOT_WANDB_ONLINE=1``, and
     gives each run its own directory ``<save_dir>/<name>-<time>-<id>`` (which becomes the
-    trainer's ``log_dir``: config.yaml, report.json, plots and samples land there). The
-    directory is made when the run starts logging, so a run refused before it starts (a bad
-    value) leaves nothing behind."""
+    trainer's ``log_dir``: config.yaml, report.json, plots and samples land there, and ``dpot
+    fit`` writes the checkpoints to its ``checkpoints/``). The directory is made when the run
+    starts logging, so a run refused before it starts (a bad value) leaves nothing behind."""
 
     def __init__(
         self,
@@ -38,6 +48,8 @@ class WandbRunLogger(WandbLogger):
         super().__init__(
             name=name, project=project, save_dir=str(run_dir), offline=not online, **kwargs
         )
+        # Lightning always passes W&B an `anonymous` setting, which W&B ignores and warns about.
+        self._wandb_init.pop("anonymous", None)
 
     @property
     @override
@@ -45,3 +57,16 @@ class WandbRunLogger(WandbLogger):
     def experiment(self) -> Any:
         Path(self.save_dir).mkdir(parents=True, exist_ok=True)
         return super().experiment
+
+    @rank_zero_only
+    def log_files(self, name: str, artifact_type: str, paths: Sequence[str | Path]) -> None:
+        """Log ``paths`` as the artifact ``<name>-<run id>`` of type ``artifact_type``. W&B
+        copies each file to its staging folder (``$WANDB_DATA_DIR``); offline, the artifact is
+        recorded in the run's log, ``<save_dir>/wandb/offline-run-*/run-*.wandb``, and
+        ``wandb sync`` uploads it."""
+        import wandb
+
+        artifact = wandb.Artifact(f"{name}-{self.experiment.id}", type=artifact_type)
+        for path in paths:
+            artifact.add_file(str(path))
+        self.experiment.log_artifact(artifact)

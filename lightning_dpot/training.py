@@ -1,37 +1,93 @@
 """Training runs: ``LightningCLI`` with this package's defaults, for ``dpot fit | validate | test |
 predict``, ``dpot compare`` and scripts.
 
-Every run writes config.yaml and report.json to its log dir, checkpoints atomically, and every
-private run has an accountant: the config's ``PrivacyAccountantCallback``, or one attached that
-enforces the method's own budget. A ``--config`` file may start from shared fragments
-(:func:`~lightning_dpot.config.compose_config`); the command line still wins.
+Every run writes config.yaml and report.json to its log dir and its checkpoints to
+``<run dir>/checkpoints/``, atomically, and every private run has an accountant: the config's
+``PrivacyAccountantCallback``, or one attached that enforces the method's own budget. Each method
+builds its own optimizer from its ``lr`` (and ``optimizer``), so a config holds one learning rate
+and no ``optimizer:`` section. A ``--config`` file may start from shared fragments
+(:func:`~lightning_dpot.config.compose_config`); the command line still wins. The dependencies'
+messages that say nothing about the run are dropped (:func:`quiet_dependencies`).
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from typing_extensions import override
 
-from lightning_dpot.callbacks import LDPPrivacyReport, PrivacyAccountantCallback, RunReport
+from lightning_dpot.callbacks import (
+    LDPPrivacyReport,
+    PrivacyAccountantCallback,
+    RunArtifacts,
+    RunReport,
+)
 from lightning_dpot.config import with_composed_configs
+from lightning_dpot.loggers import WandbRunLogger
 from lightning_dpot.plugins import AtomicCheckpointIO
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
+def checkpoints_in_run_dir(trainer: L.Trainer) -> None:
+    """Point every ``ModelCheckpoint`` that names no ``dirpath`` at ``<run dir>/checkpoints``
+    when the run logs to a :class:`~lightning_dpot.loggers.WandbRunLogger` (Lightning's default
+    would be ``<run dir>/<project>/<W&B run id>/checkpoints``). Under DDP every rank's logger
+    names a folder of its own; ``ModelCheckpoint.setup`` broadcasts rank 0's."""
+    logger = trainer.logger
+    if not isinstance(logger, WandbRunLogger):
+        return
+    folder = str((Path(logger.save_dir) / "checkpoints").resolve())
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
+            callback.dirpath = folder
+
+
+class _DropLightningTips(logging.Filter):
+    """Drops Lightning's product tips ("💡 Tip: … install litlogger / litmodels")."""
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("💡 Tip:")
+
+
+@contextmanager
+def quiet_dependencies() -> Iterator[None]:
+    """Inside the block, the dependencies' messages that say nothing about the run are dropped,
+    each picked by its text (and category): Lightning's product tips, and torch's
+    ``FutureWarning`` that Lightning's own pytree code uses the deprecated ``LeafSpec``. Every
+    other message shows, the package's own warnings among them."""
+    tips = _DropLightningTips()
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where rank_zero_info logs
+    log.addFilter(tips)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore",
+                message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                category=FutureWarning,
+            )
+            yield
+    finally:
+        log.removeFilter(tips)
+
+
 class DpotCLI(LightningCLI):
     """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
-    ``CheckpointIO`` plugin, and accounts every private run: a module that releases private
-    data (:class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`) and whose config names
-    no accountant gets a ``PrivacyAccountantCallback()``, which enforces the module's own
+    ``CheckpointIO`` plugin, into ``<run dir>/checkpoints`` (:func:`checkpoints_in_run_dir`),
+    and accounts every private run: a module that releases private data
+    (:class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`) and whose config names no
+    accountant gets a ``PrivacyAccountantCallback()``, which enforces the module's own
     ``target_epsilon`` at its release objects' δ (if it has one). Both are added at
     instantiation, so ``config.yaml`` stays as written. A ``--config`` file that names
     ``__base__`` fragments is composed first (:func:`~lightning_dpot.config.compose_config`)."""
@@ -50,6 +106,7 @@ class DpotCLI(LightningCLI):
         if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
             plugins.append(AtomicCheckpointIO())
         trainer = super().instantiate_trainer(plugins=plugins, **kwargs)
+        checkpoints_in_run_dir(trainer)
         model = getattr(self, "model", None)
         accounted = any(isinstance(cb, PrivacyAccountantCallback) for cb in trainer.callbacks)
         if isinstance(model, ReleasesPrivateData) and model.is_private and not accounted:
@@ -64,11 +121,13 @@ class DpotCLI(LightningCLI):
 
 
 def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
-    """LightningCLI over any module/datamodule; the LDP privacy report and the run report
-    (report.json) are attached to every run, after the config's own callbacks, and checkpoints
-    are written atomically (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`). ``run=False``
-    only builds the model, datamodule and trainer (``args`` then hold no subcommand)."""
-    with warnings.catch_warnings():
+    """LightningCLI over any module/datamodule; the LDP privacy report, the run report
+    (report.json) and the run's artifacts (generator.pt; W&B artifacts,
+    :class:`~lightning_dpot.callbacks.RunArtifacts`) are attached to every run, after the
+    config's own callbacks, and checkpoints are written atomically
+    (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`). ``run=False`` only builds the model,
+    datamodule and trainer (``args`` then hold no subcommand)."""
+    with quiet_dependencies(), warnings.catch_warnings():
         # Lightning warns whenever both `args` and a command line exist; ours are the same.
         warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended")
         return DpotCLI(
@@ -76,7 +135,10 @@ def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
             L.LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
-            trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport()]},
+            # Every method builds its optimizer from its own lr: no `optimizer:` section that
+            # would replace it (and leave a second, unused learning rate in the config).
+            auto_configure_optimizers=False,
+            trainer_defaults={"callbacks": [LDPPrivacyReport(), RunReport(), RunArtifacts()]},
             save_config_kwargs={"overwrite": True},
             # Bad arguments raise (one line from `dpot`) instead of printing the whole usage.
             parser_kwargs={"exit_on_error": False}

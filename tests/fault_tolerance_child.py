@@ -51,7 +51,6 @@ def _fit(name, root: Path, max_steps: int, resume: bool, every: int, model, data
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=root / name,
-        use_distributed_sampler=False,
         plugins=[AtomicCheckpointIO()],
         callbacks=[
             *callbacks,

@@ -127,6 +127,10 @@ def test_a_renamed_key_is_refused_with_its_new_name(tmp_path, capsys, old, new):
             "model: module 'lightning_dpot.methods' has no",
         ),
         (["--config", "/nonexistent.yaml"], "config: File does not exist: '/nonexistent.yaml'"),
+        (
+            ["--model.init_args.optimizer=sgd"],
+            "model.init_args.optimizer: expected one of 'adam', 'rmsprop', got 'sgd'",
+        ),
     ],
 )
 def test_every_bad_argument_ends_in_one_line_naming_it(
@@ -384,3 +388,14 @@ def test_the_summary_names_delta_only_for_approximate_dp():
     )
     pure = {**local, "mechanism": "laplace", "delta": None}
     assert _privacy_line({"privacy": pure}) == "privacy: local DP, ε=5 per record (laplace)"
+
+
+def test_the_summary_announces_the_privacy_ledger(tmp_path):
+    from lightning_dpot.commands.report import summary
+
+    ledger = {"path": "/somewhere/ledger/ledger.jsonl", "all_releases_of_these_records": None}
+    privacy = {"kind": "local", "epsilon": 2.5, "mechanism": "laplace", "ledger": ledger}
+    (tmp_path / "report.json").write_text(json.dumps({"privacy": privacy}))
+    lines = summary(tmp_path).splitlines()
+    announced = [line for line in lines if line.startswith("privacy ledger: /somewhere/ledger/")]
+    assert len(announced) == 1 and "DPOT_LEDGER_DIR" in announced[0]

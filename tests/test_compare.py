@@ -200,13 +200,13 @@ def test_suite_errors_name_the_key_and_the_accepted_values(tmp_path):
         load_suite(path)
 
 
-@pytest.mark.parametrize("name", ["two_d", "mnist_shipped", "fashion_full"])
+@pytest.mark.parametrize("name", ["two_d", "mnist_shipped", "fashion_full", "fashion_gpu_playbook"])
 def test_every_method_of_the_shipped_suites_builds_with_the_cells_overrides(name, tmp_path):
-    if name == "fashion_full" and not Path("/usr/share/datasets/fashion-mnist").is_dir():
+    if name.startswith("fashion") and not Path("/usr/share/datasets/fashion-mnist").is_dir():
         pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
     suite = load_suite(REPO / "configs" / "compare" / f"{name}.yaml")
     assert sorted(path.stem for path in (REPO / "configs" / "compare").glob("*.yaml")) == [
-        "fashion_full", "mnist_shipped", "two_d"
+        "fashion_full", "fashion_gpu_playbook", "mnist_shipped", "two_d"
     ]  # fmt: skip
     for method, spec in suite.methods.items():
         cell = next(c for c in suite.cells() if c.method == method)

@@ -1,6 +1,7 @@
 """Every image config in configs/entropic_wgan (Reshetova et al. 2024, Figs. 3, 6, 7, 11–14)
-parses and trains two steps through the `dpot` CLI on tiny data (a few records, small batches, a
-narrow generator), and the privacy report holds the ε/σ its header comment states. The manifold
+parses and trains two steps through the `dpot` CLI on tiny data (a few generated digits in the
+MNIST format, small batches, a narrow generator), and the privacy report holds the ε/σ its header
+comment states. The manifold
 configs (``fig1_*``/``fig2_*``) are covered by tests/test_configs_manifolds.py."""
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from lightning_dpot.config import compose_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "entropic_wgan"
 CONFIGS = sorted(c for c in CONFIG_DIR.glob("*.yaml") if not c.name.startswith(("fig1_", "fig2_")))
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 # What each image config's header promises (ε for ε-stated runs, σ where the paper states σ).
 EXPECTED_PRIVACY = {
@@ -37,23 +37,18 @@ def _model_overrides(model: dict) -> list[str]:
     return []
 
 
-def _source_overrides(source: dict, request) -> list[str]:
-    """Shrink the data source; skip (with the reason) where its files are absent here."""
+def _source_overrides(source: dict, idx_dir: Path) -> list[str]:
+    """Shrink the data source: MNIST and Fashion-MNIST read 64 generated digits of their format
+    (the t10k files) from ``idx_dir``."""
     cls = source["class_path"].rsplit(".", 1)[-1]
     prefix = "--data.init_args.source.init_args"
-    if cls == "MNIST":
-        mnist = request.getfixturevalue("mnist_test_dir")
-        return [f"{prefix}.idx_dir={mnist}", f"{prefix}.limit=64"]
-    if cls == "FashionMNIST":
-        if not (FASHION_DIR / "train-images-idx3-ubyte.gz").is_file():
-            pytest.skip(f"Fashion-MNIST not installed in {FASHION_DIR} (dataset-fashion-mnist)")
-        # The t10k files only (10,000 images instead of 70,000 to decode); same parser path.
-        return [f"{prefix}.limit=64", f"{prefix}.split=test-only"]
+    if cls in ("MNIST", "FashionMNIST"):
+        return [f"{prefix}.idx_dir={idx_dir}", f"{prefix}.limit=64", f"{prefix}.split=test-only"]
     pytest.fail(f"no tiny-data override known for source {cls}; extend _source_overrides")
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
-def test_config_trains_two_steps_on_tiny_data(config: Path, tmp_path, request):
+def test_config_trains_two_steps_on_tiny_data(config: Path, tmp_path, digit_idx_dir):
     loaded = compose_config(config)  # the file with its __base__ fragments
     assert loaded["trainer"]["logger"]["class_path"] == "lightning_dpot.loggers.WandbRunLogger"
     out = tmp_path / "run"
@@ -72,7 +67,7 @@ def test_config_trains_two_steps_on_tiny_data(config: Path, tmp_path, request):
             "--data.init_args.batch_size=16",
             "--trainer.callbacks.init_args.num_samples=4",
             *_model_overrides(loaded["model"]),
-            *_source_overrides(loaded["data"]["init_args"]["source"], request),
+            *_source_overrides(loaded["data"]["init_args"]["source"], digit_idx_dir),
         ]
     )
     report = json.loads((out / "report.json").read_text())

@@ -1,5 +1,6 @@
-"""Every method under 2-process CPU DDP (``ddp_spawn``), compared with one process where the
-algorithm makes them comparable. (DP-Sinkhorn's 2-process accounting test lives in
+"""Every method under 2-process CPU DDP (``ddp_spawn``, Lightning's default
+``use_distributed_sampler=True``), compared with one process where the algorithm makes them
+comparable. (DP-Sinkhorn's 2-process accounting test lives in
 tests/methods/test_dp_sinkhorn.py, the entropic WGAN's shared release in
 tests/data/test_privatized_ddp.py, FID in tests/metrics/test_fid.py.)
 
@@ -19,11 +20,14 @@ from torch.multiprocessing import ProcessExitedException
 
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.data import (
+    CentralDPDataModule,
     GaussianMixture2D,
     HalfCircle,
     PrivateLatentDataModule,
     PrivatizedDataModule,
+    TensorFile,
 )
+from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.data.release import tensor_sha256
 from lightning_dpot.methods import DPSWFlow, DPSWFlowR, DPSWGen, NoisyWGAN
 from lightning_dpot.nn import MLPGenerator
@@ -61,12 +65,23 @@ class _Record(Callback):
                 facts["epsilon"] = cb.epsilon()
         if "train/loss" in trainer.callback_metrics:
             facts["loss"] = float(trainer.callback_metrics["train/loss"])
+        facts["batches_per_epoch"] = trainer.num_training_batches
         torch.save(facts, self.out / f"rank{trainer.global_rank}.pt")
 
 
-def _fit(out: Path, devices: int, model, datamodule, steps: int, accountant: bool = False):
+def _fit(
+    out: Path,
+    devices: int,
+    model,
+    datamodule,
+    steps: int,
+    accountant: bool = False,
+    record: type[Callback] = _Record,
+):
+    """Fit with Lightning's defaults for DDP (``use_distributed_sampler=True``); ``record``
+    writes each rank's facts to ``out/rank<r>.pt``."""
     out.mkdir(parents=True, exist_ok=True)
-    callbacks: list[Callback] = [_Record(out)]
+    callbacks: list[Callback] = [record(out)]
     if accountant:
         callbacks.insert(0, PrivacyAccountantCallback(50.0, 1e-5, also_report=()))
     trainer = L.Trainer(
@@ -78,7 +93,6 @@ def _fit(out: Path, devices: int, model, datamodule, steps: int, accountant: boo
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        use_distributed_sampler=False,
         default_root_dir=out,
         callbacks=callbacks,
     )
@@ -111,12 +125,67 @@ def test_noisy_wgan_ranks_share_one_release_and_sync_the_loss(tmp_path):
     assert ranks[0]["loss"] == ranks[1]["loss"]  # sync_dist: the mean over ranks, on every rank
 
 
+class _PoissonBatches(Callback):
+    """Per rank: the training loader's sampler and the records of every batch, saved to
+    ``out/rank<r>.pt``."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.batches: list[list[int]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batches.append(batch[0][:, 0].long().tolist())  # record i holds the value i
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        sampler = trainer.train_dataloader.sampler
+        facts = {
+            "sampler": type(sampler).__name__,
+            "shard": (sampler.rank, sampler.num_replicas),
+            "batches": self.batches,
+        }
+        torch.save(facts, self.out / f"rank{trainer.global_rank}.pt")
+
+
+class _NoOp(L.LightningModule):
+    """Reads its batches and learns nothing (the sampler is what is under test)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        return (self.weight * batch[0].sum()).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def test_ddp_keeps_the_poisson_sampler_on_every_rank(tmp_path):
+    """With Lightning's default ``use_distributed_sampler=True``, each of 2 ranks draws exactly
+    the package's Poisson masks of its own shard ``rank::2``: Lightning's DistributedSampler in
+    its place would give fixed-size shuffled batches the accountant does not assume."""
+    n, q, steps, seed = 40, 0.3, 4, 5
+    torch.save(torch.arange(n).float().unsqueeze(1), tmp_path / "records.pt")
+    source = TensorFile(str(tmp_path / "records.pt"), low=0.0, high=float(n))
+    dm = CentralDPDataModule(source, sample_rate=q, steps_per_epoch=steps, seed=seed)
+    ranks = _fit(tmp_path / "out", 2, _NoOp(), dm, steps=steps, record=_PoissonBatches)
+    for rank, facts in enumerate(ranks):
+        assert facts["sampler"] == "PoissonBatchSampler"
+        assert facts["shard"] == (rank, 2)
+        own = PoissonBatchSampler(n, q, num_steps=steps, seed=seed, rank=rank, world_size=2)
+        assert facts["batches"] == [own.batch_indices(0, s) for s in range(steps)]
+        assert all(i % 2 == rank for batch in facts["batches"] for i in batch)
+    sizes = {len(batch) for facts in ranks for batch in facts["batches"]}
+    assert len(sizes) > 1  # Binomial batch sizes, not a fixed batch
+
+
 def test_dpswflow_releases_once_on_rank_zero_and_broadcasts(tmp_path):
     model = DPSWFlow(num_particles=32, num_directions=10, directions_per_step=5, noise_scale=1.0)
     ranks = _fit(tmp_path, 2, model, _latents(), steps=3)
     assert torch.equal(ranks[0]["release_sorted"], ranks[1]["release_sorted"])
     assert torch.equal(ranks[0]["theta"], ranks[1]["theta"])
     assert [r["mechanism_calls"] for r in ranks] == [1, 0]  # one release, on rank 0 only
+    assert [r["batches_per_epoch"] for r in ranks] == [5, 5]  # every step on every rank
     # particles are sharded: 16 per rank, different initial draws, all 32 flow to one release
     assert [tuple(r["particles"].shape) for r in ranks] == [(16, 2), (16, 2)]
     assert not torch.equal(ranks[0]["particles"], ranks[1]["particles"])
@@ -141,5 +210,6 @@ def test_per_step_release_draws_one_subset_and_accounts_as_one_process(tmp_path,
     assert two[0]["history"] == two[1]["history"] == one[0]["history"]
     assert two[0]["epsilon"] == one[0]["epsilon"]
     assert two[0]["global_step"] == one[0]["global_step"] == 3
+    assert [r["batches_per_epoch"] for r in (*two, *one)] == [5, 5, 5]
     # each rank released its own rows of the 60: 30 each, 3 steps
     assert [r["mechanism_calls"] for r in two] == [3, 3]

@@ -1,10 +1,13 @@
 """`dpot evaluate`: fit a tiny run through the CLI, evaluate its checkpoint (classifier FD,
-utility, W₂), append to report.json; the offline Inception error; the reference rows."""
+utility, W₂), append to report.json; the offline Inception error; the reference rows; the
+progress bar on a terminal's stderr, with the JSON alone on stdout."""
 
 from __future__ import annotations
 
 import copy
+import io
 import json
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -151,3 +154,38 @@ def test_reference_rows_raw_training_data_and_the_privatized_release(fitted_run,
     assert "skipped" in private["utility"]  # no labels are released
     # Gaussian noise σ = 0.5 per pixel moves the release away from the raw held-out data.
     assert private["w2"]["w2"] > raw["w2"]["w2"]
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_is_drawn_on_a_terminal_stderr_and_stdout_stays_json(
+    fitted_run, capsys, monkeypatch
+) -> None:
+    ckpt, _ = fitted_run
+    argv = ["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", "--no-report", *SMALL]
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main(argv)
+    assert json.loads(capsys.readouterr().out)["results"]["w2"]["w2"] > 0
+    bar = terminal.getvalue()
+    assert "dpot evaluate" in bar and "/2 [" in bar  # two stages: the samples, then w2
+    assert "samples" in bar and "w2" in bar
+
+    quiet = _Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    main([*argv, "--no-progress"])
+    assert json.loads(capsys.readouterr().out)["results"]["w2"]["w2"] > 0
+    assert quiet.getvalue() == ""
+
+
+def test_no_progress_bar_without_a_terminal(fitted_run, capsys) -> None:
+    ckpt, _ = fitted_run
+    main(["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", "--no-report", *SMALL])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["results"]["w2"]["w2"] > 0
+    assert "dpot evaluate" not in captured.err

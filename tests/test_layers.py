@@ -3,13 +3,13 @@ a lower one, and no set of modules imports itself in a circle.
 
 Layers, bottom up (docs/design.md, "Package layout"):
 
-0. ``_version``, ``checks``, ``config`` — the version, argument checks, YAML composition;
-1. ``rng``, ``grids``, ``distributed``, ``loggers``, ``plugins`` — random sources (seeded and
-   OS) and small utilities;
+0. ``_version``, ``checks``, ``resources`` — the version, argument checks, the packaged configs;
+1. ``config``, ``rng``, ``grids``, ``distributed``, ``loggers``, ``plugins`` — YAML composition,
+   random sources (seeded and OS) and small utilities;
 2. ``ot`` (optimal transport, knows nothing of privacy) and ``privacy`` (mechanisms, accounting,
    the contract);
 3. ``data``, ``nn``, ``generative``;
-4. ``methods``, ``metrics``;
+4. ``methods``, ``metrics``, ``export`` (standalone generators of trained methods);
 5. ``callbacks``, ``audit``;
 6. ``training`` (LightningCLI runs);
 7. ``compare``;
@@ -24,11 +24,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_dpot"
 LAYERS = [
-    {"_version", "checks", "config"},
-    {"rng", "grids", "distributed", "loggers", "plugins"},
+    {"_version", "checks", "resources"},
+    {"config", "rng", "grids", "distributed", "loggers", "plugins"},
     {"ot", "privacy"},
     {"data", "nn", "generative"},
-    {"methods", "metrics"},
+    {"methods", "metrics", "export"},
     {"callbacks", "audit"},
     {"training"},
     {"compare"},

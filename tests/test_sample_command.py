@@ -1,8 +1,10 @@
-"""`dpot sample`: fit a tiny run through the CLI, then sample from its checkpoint (tensor + PNG);
-the model is rebuilt from the run's config.yaml and carries the trained weights."""
+"""`dpot sample`: fit tiny runs through the CLI, then sample from their checkpoints (tensor, npz,
+a folder of PNGs, a grid); the model is rebuilt from the run's config.yaml and carries the
+trained weights; a class-conditional generator writes its labels."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -125,3 +127,150 @@ def test_errors_name_what_is_missing(fitted_run, tmp_path, capsys):
     lonely.write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="--config"):
         find_run_config(lonely)
+
+
+CONDITIONAL_RUN = {  # DP-Sinkhorn with a class-conditional generator (Cao et al. 2021)
+    "seed_everything": 0,
+    "trainer": {
+        "max_steps": 2,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "use_distributed_sampler": False,
+    },
+    "model": {
+        "class_path": "lightning_dpot.methods.DPSinkhorn",
+        "init_args": {
+            "generator": {
+                "class_path": "lightning_dpot.nn.ConditionalDCGANGenerator",
+                "init_args": {
+                    "num_classes": 10,
+                    "latent_dim": 4,
+                    "image_size": 8,
+                    "hidden_channels": [4, 4, 4],
+                },
+            },
+            "noise_multiplier": 1.0,
+            "delta": 1.0e-5,
+        },
+    },
+    "data": {
+        "class_path": "lightning_dpot.data.CentralDPDataModule",
+        "init_args": {
+            "source": {"class_path": "lightning_dpot.data.Digits"},
+            "expected_batch_size": 20,
+        },
+    },
+}
+POINTS_RUN = {  # 2-D records: an MLP generator on the half circle
+    **TINY_RUN,
+    "model": {
+        "class_path": "lightning_dpot.methods.EntropicWGAN",
+        "init_args": {
+            "generator": {
+                "class_path": "lightning_dpot.nn.MLPGenerator",
+                "init_args": {"latent_dim": 2, "output_shape": [2], "hidden": [8]},
+            },
+        },
+    },
+    "data": {
+        "class_path": "lightning_dpot.data.PrivatizedDataModule",
+        "init_args": {
+            "source": {"class_path": "lightning_dpot.data.HalfCircle", "init_args": {"n": 200}},
+            "mechanism": "laplace",
+            "epsilon": 2.5,
+            "batch_size": 100,
+        },
+    },
+}
+
+
+def _fit(config: dict, root) -> object:
+    path = root / "fit.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["fit", "--config", str(path), f"--trainer.default_root_dir={root / 'out'}"]
+    if config["data"]["class_path"].endswith("PrivatizedDataModule"):
+        args.append(f"--data.init_args.cache_dir={root / 'cache'}")
+    main(args)
+    (ckpt,) = (root / "out").rglob("*.ckpt")
+    return ckpt
+
+
+@pytest.fixture(scope="module")
+def conditional_run(tmp_path_factory):
+    return _fit(CONDITIONAL_RUN, tmp_path_factory.mktemp("conditional"))
+
+
+@pytest.fixture(scope="module")
+def points_run(tmp_path_factory):
+    return _fit(POINTS_RUN, tmp_path_factory.mktemp("points"))
+
+
+def _sample(ckpt, capsys, *args: str) -> dict:
+    """``dpot sample`` with seed 0; its JSON summary."""
+    main(["sample", "--ckpt", str(ckpt), "--seed", "0", *args])
+    return json.loads(capsys.readouterr().out)
+
+
+def _png_pixels(folder, name: str) -> torch.Tensor:
+    """The pixels of a PNG file, ``(channels, height, width)``."""
+    from PIL import Image
+
+    with Image.open(folder / name) as image:
+        return torch.from_numpy(np.array(image)).permute(2, 0, 1)
+
+
+def test_npz_and_png_dir_hold_the_draw_of_the_tensor_file(fitted_run, tmp_path, capsys):
+    _sample(fitted_run, capsys, "--num", "5", "--output", str(tmp_path / "s.pt"))
+    for fmt, output in (("npz", "s.npz"), ("png-dir", "png")):
+        args = ["--num", "5", "--format", fmt, "--output", str(tmp_path / output)]
+        summary = _sample(fitted_run, capsys, *args)
+        assert summary["format"] == fmt and summary["labels"] is False
+    samples = torch.load(tmp_path / "s.pt", weights_only=True)
+    arrays = np.load(tmp_path / "s.npz")
+    assert set(arrays.files) == {"samples"}  # an unconditional generator draws no labels
+    assert np.array_equal(arrays["samples"], samples.numpy())
+    names = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert names == [f"{i:06d}.png" for i in range(5)]  # one file per image, no labels.csv
+    for i, name in enumerate(names):  # [-1, 1] → 8-bit pixels (within rounding), gray as RGB
+        expected = (samples[i] + 1) / 2 * 255
+        pixels = _png_pixels(tmp_path / "png", name)
+        assert pixels.shape == (3, 8, 8) and (pixels - expected).abs().max() <= 0.51
+
+
+def test_a_conditional_generator_writes_its_labels(conditional_run, tmp_path, capsys):
+    npz, folder = tmp_path / "s.npz", tmp_path / "png"
+    for fmt, output in (("npz", npz), ("png-dir", folder)):
+        args = ["--num", "12", "--format", fmt, "--output", str(output)]
+        assert _sample(conditional_run, capsys, *args)["labels"] is True
+    arrays = np.load(npz)
+    assert arrays["samples"].shape == (12, 1, 8, 8) and arrays["labels"].shape == (12,)
+    model, _ = load_model(conditional_run)
+    x, y = model.sample_labeled(12, generator=torch.Generator().manual_seed(0))
+    assert np.array_equal(arrays["labels"], y.numpy()) and set(y.tolist()) <= set(range(10))
+    assert np.allclose(arrays["samples"], x.numpy())
+    rows = (folder / "labels.csv").read_text().splitlines()
+    assert rows[0] == "file,label"
+    assert rows[1:] == [f"{i:06d}.png,{label}" for i, label in enumerate(y.tolist())]
+    assert len(list(folder.glob("*.png"))) == 12
+
+
+def test_png_dir_is_refused_for_points_and_for_a_folder_in_use(
+    points_run, fitted_run, tmp_path, capsys
+):
+    npz, folder = tmp_path / "s.npz", tmp_path / "png"
+    _sample(points_run, capsys, "--num", "4", "--format", "npz", "--output", str(npz))
+    assert np.load(npz)["samples"].shape == (4, 2)
+    with pytest.raises(SystemExit):
+        _sample(points_run, capsys, "--num", "4", "--format", "png-dir", "--output", str(folder))
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--format png-dir" in err and "records of shape (2,)" in err
+    assert err.endswith("accepted --format for this model: pt, npz")
+    assert not folder.exists()
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("")
+    with pytest.raises(SystemExit):
+        _sample(fitted_run, capsys, "--num", "2", "--format", "png-dir", "--output", str(used))
+    assert "is not an empty folder" in capsys.readouterr().err
+    assert [p.name for p in used.iterdir()] == ["keep.txt"]

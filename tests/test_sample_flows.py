@@ -139,20 +139,20 @@ def _shrink_mnist(config: dict[str, Any], mnist_dir: Path, ae_dir: Path) -> dict
 
 
 @pytest.fixture(scope="module")
-def tiny_mnist_autoencoder(tmp_path_factory, mnist_test_dir) -> Path:
+def tiny_mnist_autoencoder(tmp_path_factory, digit_idx_dir) -> Path:
     ae_dir = tmp_path_factory.mktemp("ae")
     config = compose_config(CONFIG_DIR / "mnist_autoencoder.yaml")
-    ckpt = _fit(_shrink_mnist(config, mnist_test_dir, ae_dir), tmp_path_factory.mktemp("stage1"))
+    ckpt = _fit(_shrink_mnist(config, digit_idx_dir, ae_dir), tmp_path_factory.mktemp("stage1"))
     ckpt.rename(ae_dir / "autoencoder.ckpt")
     return ae_dir
 
 
 @pytest.mark.parametrize("name", ["mnist_dpswflow_eps10", "mnist_dpswgen_eps10"])
 def test_latent_run_checkpoint_samples_decoded_images(
-    name: str, tmp_path, capsys, release_spy, tiny_mnist_autoencoder, mnist_test_dir
+    name: str, tmp_path, capsys, release_spy, tiny_mnist_autoencoder, digit_idx_dir
 ):
     config = compose_config(CONFIG_DIR / f"{name}.yaml")
-    config = _shrink_mnist(config, mnist_test_dir, tiny_mnist_autoencoder)
+    config = _shrink_mnist(config, digit_idx_dir, tiny_mnist_autoencoder)
     ckpt = _fit(config, tmp_path / "run")
     fitted_calls = len(release_spy)
 

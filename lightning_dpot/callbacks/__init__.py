@@ -1,5 +1,6 @@
-"""Callbacks: privacy reports and accounting, evaluation, run reports."""
+"""Callbacks: privacy reports and accounting, evaluation, run reports and artifacts."""
 
+from lightning_dpot.callbacks.artifacts import RunArtifacts
 from lightning_dpot.callbacks.evaluation import FIDEvaluation, UtilityEvaluation, W2Evaluation
 from lightning_dpot.callbacks.ldp_report import LDPPrivacyReport
 from lightning_dpot.callbacks.manifold import ManifoldEvaluation
@@ -12,6 +13,7 @@ __all__ = [
     "LDPPrivacyReport",
     "ManifoldEvaluation",
     "PrivacyAccountantCallback",
+    "RunArtifacts",
     "RunReport",
     "SampleGrid",
     "UtilityEvaluation",

@@ -1,8 +1,10 @@
 r"""Evaluation callbacks: when to evaluate; what to compute is the evaluators'.
 
-Each callback evaluates the module being trained every ``every_n_epochs`` training epochs
-(``None``: only at the end) and once more at the end of training (``on_train_end``, while the
-DDP process group is still up), logs its numbers to the loggers (and the progress bar, where
+Each callback checks when fitting starts that it can score the run (a held-out split; images
+for the Fréchet distance; labels and a class-conditional method for utility) and refuses it in
+one line otherwise. It evaluates the module being trained every ``every_n_epochs`` training
+epochs (``None``: only at the end) and once more at the end of training (``on_train_end``, while
+the DDP process group is still up), logs its numbers to the loggers (and the progress bar, where
 cheap) and contributes a section to ``report.json`` through ``report_key`` /
 ``report_section`` (see :class:`~lightning_dpot.callbacks.run_report.RunReport`).
 
@@ -21,21 +23,27 @@ equals the single-process value on the union); utility and W₂ run on rank 0 an
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch import Tensor
 from typing_extensions import override
 
 from lightning_dpot.checks import check_positive_int
 from lightning_dpot.data.protocols import held_out_split
-from lightning_dpot.generative import draw
-from lightning_dpot.metrics.evaluators import FeatureExtractor, rank_share
+from lightning_dpot.generative import draw, require_generative
+from lightning_dpot.grids import is_image_batch
+from lightning_dpot.metrics.evaluators import (
+    FeatureExtractor,
+    default_classifier_path,
+    rank_share,
+)
 from lightning_dpot.metrics.selection import MetricSelection
-from lightning_dpot.metrics.utility import CLASSIFIERS, FULL, QUICK, UnlabelledSamplesError
+from lightning_dpot.metrics.utility import CLASSIFIERS, FULL, QUICK
 
 __all__ = ["FIDEvaluation", "UtilityEvaluation", "W2Evaluation"]
 
@@ -63,7 +71,8 @@ def _log_everywhere(
 
 
 class _EvaluationCallback(Callback):
-    """Schedule (every n epochs + at the end, never twice for one step) and report history."""
+    """The fit-start check (:meth:`check_run`), the schedule (every n epochs + at the end, never
+    twice for one step) and the report history."""
 
     report_key = "evaluation"
     prog_bar = True
@@ -77,6 +86,16 @@ class _EvaluationCallback(Callback):
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool) -> dict:
         raise NotImplementedError
+
+    def check_run(
+        self,
+        pl_module: L.LightningModule,
+        datamodule: Any,
+        reference: Tensor,
+        labels: Tensor | None,
+    ) -> None:
+        """Raise ``ValueError`` naming what this evaluation needs and the run lacks; ``reference``
+        and ``labels`` are the raw held-out split."""
 
     def log_values(self, result: dict) -> dict[str, float]:
         raise NotImplementedError
@@ -100,6 +119,20 @@ class _EvaluationCallback(Callback):
         _log_everywhere(
             trainer, pl_module, self.log_values(result), not final, prog_bar=self.prog_bar
         )
+
+    def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse a run this evaluation cannot score; the datamodule asks before it releases
+        anything (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        try:
+            reference, labels = held_out_split(trainer.datamodule)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{type(self).__name__}: {err}") from err
+        self.check_run(pl_module, trainer.datamodule, reference, labels)
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The same check, for a datamodule that released nothing before the fit."""
+        self.check_before_release(trainer, pl_module)
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -183,6 +216,34 @@ class FIDEvaluation(_EvaluationCallback):
     def describe(self) -> dict:
         return {**self.evaluator.describe(), "num_generated": self.num_samples}
 
+    @override
+    def check_run(
+        self,
+        pl_module: L.LightningModule,
+        datamodule: Any,
+        reference: Tensor,
+        labels: Tensor | None,
+    ) -> None:
+        """Images, and for the classifier features a classifier file or labels to train one."""
+        if not is_image_batch(reference):
+            raise ValueError(
+                "FIDEvaluation compares images (records (C, H, W) with C in (1, 3)); "
+                f"{type(datamodule).__name__} holds records of shape {tuple(reference.shape[1:])}"
+            )
+        evaluator = self.evaluator
+        if evaluator.feature_extractor != "classifier" or labels is not None:
+            return
+        cache_dir = getattr(datamodule, "cache_dir", ".dpot_cache")
+        path = evaluator.classifier_path or default_classifier_path(
+            reference, cache_dir, evaluator.classifier_epochs
+        )
+        if not Path(path).is_file():
+            raise ValueError(
+                "FIDEvaluation(feature_extractor='classifier') trains its feature classifier on "
+                f"the held-out labels, and {type(datamodule).__name__}'s held-out split has none; "
+                f"give classifier_path, a trained classifier file (no file at {str(path)!r})"
+            )
+
     def compute_value(
         self, pl_module: Any, datamodule: Any, rank: int = 0, world_size: int = 1, barrier=None
     ) -> float:
@@ -229,8 +290,9 @@ class UtilityEvaluation(_EvaluationCallback):
 
     During training the :data:`~lightning_dpot.metrics.utility.QUICK` settings are used; at the
     end ``final_mode`` (default ``"full"``: the paper's protocol, 60,000 samples, patience 30).
-    Runs on rank 0; the result is broadcast. Unconditional generators are skipped with one
-    warning. Log keys ``utility/<classifier>``.
+    Runs on rank 0; the result is broadcast. Log keys ``utility/<classifier>``. A run whose
+    method is unconditional or whose held-out split has no labels is refused when fitting
+    starts.
 
     Args:
         num_samples: labelled synthetic samples (paper: 60,000).
@@ -257,7 +319,6 @@ class UtilityEvaluation(_EvaluationCallback):
         selection = MetricSelection.parse({"utility": {"classifiers": classifiers}})
         self.evaluator = selection.utility_evaluator(seed)
         self.final_mode = final_mode
-        self.skipped: str | None = None
 
     @property
     def classifiers(self) -> tuple[str, ...]:
@@ -265,49 +326,50 @@ class UtilityEvaluation(_EvaluationCallback):
 
     @override
     def describe(self) -> dict:
-        return {
-            **self.evaluator.describe(),
-            "num_synthetic": self.num_samples,
-            "skipped": self.skipped,
-        }
+        return {**self.evaluator.describe(), "num_synthetic": self.num_samples}
 
     @override
     def final_differs(self) -> bool:
         return self.final_mode == "full"
 
-    def compute_value(self, pl_module: Any, datamodule: Any, final: bool) -> dict | None:
-        """``{classifier: accuracy, "mode": ...}``, or ``None`` (and one warning) when the
-        generator is unconditional or the held-out split has no labels."""
-        if self.skipped is not None:
-            return None
+    @override
+    def check_run(
+        self,
+        pl_module: L.LightningModule,
+        datamodule: Any,
+        reference: Tensor,
+        labels: Tensor | None,
+    ) -> None:
+        """Labels on the held-out split, and a class-conditional method."""
+        if labels is None:
+            raise ValueError(
+                "UtilityEvaluation scores classifiers on the labelled held-out split; "
+                f"{type(datamodule).__name__}'s held-out split has no labels"
+            )
+        if not require_generative(pl_module).conditional:
+            raise ValueError(
+                "UtilityEvaluation trains classifiers on the labelled samples of a "
+                f"class-conditional method; {type(pl_module).__name__} is unconditional"
+            )
+
+    def compute_value(self, pl_module: Any, datamodule: Any, final: bool) -> dict:
+        """``{classifier: accuracy, "mode": ...}`` of a class-conditional ``pl_module``.
+
+        Raises:
+            UnlabelledSamplesError: ``pl_module`` is unconditional.
+        """
         test_x, test_y = held_out_split(datamodule)
-        if test_y is None:
-            self.skipped = "the raw held-out split has no labels"
-        else:
-            x, y = draw(pl_module, self.num_samples, labelled=True)
-            full = final and self.final_mode == "full"
-            try:
-                accuracies = self.evaluator.score(x, y, test_x, test_y, FULL if full else QUICK)
-            except UnlabelledSamplesError:
-                self.skipped = (
-                    f"{type(pl_module).__name__} is an unconditional generator (no labelled "
-                    "samples)"
-                )
-            else:
-                return {**accuracies, "mode": "full" if full else "quick"}
-        warnings.warn(f"UtilityEvaluation skipped: {self.skipped}", stacklevel=2)
-        return None
+        x, y = draw(pl_module, self.num_samples, labelled=True)
+        full = final and self.final_mode == "full"
+        accuracies = self.evaluator.score(x, y, test_x, test_y, FULL if full else QUICK)
+        return {**accuracies, "mode": "full" if full else "quick"}
 
     @override
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, final: bool) -> dict:
         result = None
         if trainer.is_global_zero:
             result = self.compute_value(pl_module, trainer.datamodule, final)
-        result = trainer.strategy.broadcast(result, src=0)
-        if result is None:
-            self.skipped = self.skipped or "unconditional generator (see rank 0)"
-            return {}
-        return result
+        return trainer.strategy.broadcast(result, src=0)
 
     @override
     def log_values(self, result: dict) -> dict[str, float]:

@@ -11,8 +11,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lightning_dpot.checks import check_positive_int
+from lightning_dpot.data.manifolds import CurveSource
 from lightning_dpot.generative import draw
-from lightning_dpot.grids import ImageLogger
+from lightning_dpot.grids import ImageLogger, save_figure
 from lightning_dpot.metrics.evaluators import ManifoldEvaluator
 
 
@@ -24,14 +26,40 @@ class ManifoldEvaluation(Callback):
     the share of 18 equal arc pieces holding at least a quarter of the uniform share of the
     samples within 0.25 of the curve), which catches a generator that covers only part of it.
 
-    Needs a datamodule whose source is a curve with a known support (the metrics are
-    :class:`~lightning_dpot.metrics.evaluators.ManifoldEvaluator`'s).
+    Needs a datamodule whose ``source`` is a curve with a known support (the metrics are
+    :class:`~lightning_dpot.metrics.evaluators.ManifoldEvaluator`'s); any other run is refused
+    when fitting starts.
+
+    Args:
+        num_samples: generated points per evaluation.
+        every_n_epochs: also evaluate after every n-th training epoch.
+        plot: save and log ``scatter.png`` at the end.
+
+    Raises:
+        ValueError: at fit start, when the datamodule's source is not a curve.
     """
 
     def __init__(self, num_samples: int = 5000, every_n_epochs: int = 10, plot: bool = True):
-        self.num_samples = num_samples
-        self.every_n_epochs = every_n_epochs
+        self.num_samples = check_positive_int("num_samples", num_samples)
+        self.every_n_epochs = check_positive_int("every_n_epochs", every_n_epochs)
         self.plot = plot
+
+    def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse a run whose data has no known curve support, before the datamodule releases
+        anything (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        datamodule = trainer.datamodule
+        source = getattr(datamodule, "source", None)
+        if not isinstance(source, CurveSource):
+            raise ValueError(
+                "ManifoldEvaluation measures the distance to a known curve (sources HalfCircle, "
+                f"Ellipse, Rectangle); {type(datamodule).__name__} has source "
+                f"{type(source).__name__}"
+            )
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The same check, for a datamodule that released nothing before the fit."""
+        self.check_before_release(trainer, pl_module)
 
     def _measure(
         self, trainer: L.Trainer, pl_module: L.LightningModule
@@ -86,6 +114,4 @@ class ManifoldEvaluation(Callback):
             ax.set_ylim(-4, 4)
             ax.set_aspect("equal")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        save_figure(fig, path)

@@ -51,7 +51,12 @@ What the callback does
 * writes ``privacy_report.json`` (rank 0) to ``trainer.log_dir`` at the end of training and
   contributes the same dict to ``report.json`` under ``privacy``: the only writer of both. Its
   content (adjacency, the public dataset size N, ε under each accountant, the module's facts) is
-  formatted by :mod:`lightning_dpot.privacy.accounting.report`.
+  formatted by :mod:`lightning_dpot.privacy.accounting.report`;
+* records (optimizer step, ε) at the start of training, at every ε it logs and at the end, in
+  a bounded :class:`~lightning_dpot.privacy.accounting.curve.EpsilonCurve` kept in its
+  checkpoint state, and draws it as ``epsilon.png`` in ``trainer.log_dir`` at the end of
+  training (rank 0). A one-shot release (DPSWflow) spends its ε before the first step: a flat
+  line.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
 from lightning_dpot.data.ledger import CentralRunLedger
 from lightning_dpot.privacy.accounting.accountants import PrivacyAccountant, make_accountant
 from lightning_dpot.privacy.accounting.analysis.epsilon import ACCOUNTANTS
+from lightning_dpot.privacy.accounting.curve import EpsilonCurve, plot_epsilon_curve
 from lightning_dpot.privacy.accounting.journal import ReleaseJournal
 from lightning_dpot.privacy.accounting.report import privacy_report, write_privacy_report
 from lightning_dpot.privacy.contract import (
@@ -108,6 +114,8 @@ class PrivacyAccountantCallback(Callback):
             Default: every step for ``"rdp"`` (~0.2 ms), ``trainer.log_every_n_steps`` for
             ``"pld"`` (a full PLD composition per evaluation).
         report_filename: name of the JSON report written to ``trainer.log_dir``.
+        plot_filename: name of the PNG of ε against the optimizer step written to
+            ``trainer.log_dir`` at the end of training; ``None``: no plot.
         earlier_releases: what to do when training resumes from a checkpoint without accountant
             state after private releases: ``"refuse"`` (default) or ``"as_configured"``
             (compose them as the release objects' configured events; module docstring).
@@ -150,6 +158,7 @@ class PrivacyAccountantCallback(Callback):
         log_every_n_steps: int | None = None,
         report_filename: str = "privacy_report.json",
         earlier_releases: Literal["refuse", "as_configured"] = "refuse",
+        plot_filename: str | None = "epsilon.png",
     ) -> None:
         super().__init__()
         self.target_epsilon = (
@@ -177,6 +186,8 @@ class PrivacyAccountantCallback(Callback):
             )
         self.earlier_releases = earlier_releases
         self.report_filename = report_filename
+        self.plot_filename = plot_filename
+        self.epsilon_curve = EpsilonCurve()
         self.stopped_by_budget = False
         self.one_shot: list[GaussianRelease] = []
         self._restored = False
@@ -306,6 +317,12 @@ class PrivacyAccountantCallback(Callback):
                     f"{own}, below the callback's {self.target_epsilon}; enforcing {own}"
                 )
             self.target_epsilon = own
+
+    def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse a method that releases nothing this accountant composes (a local-DP method,
+        whose guarantee is its data release's), before the datamodule releases anything
+        (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        require_private(pl_module)
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -542,6 +559,7 @@ class PrivacyAccountantCallback(Callback):
         # Again: some strategies restore callback state only after on_fit_start.
         module.check_restored_plan(self._restored_plan)
         update = self._apply(module.privacy_update())
+        self.epsilon_curve.record(trainer.global_step, self.epsilon() if self.releases else 0.0)
         if self._restored_target is not None and self._restored_target != self.target_epsilon:
             warnings.warn(
                 f"PrivacyAccountantCallback: target_epsilon changed on resume from "
@@ -626,7 +644,9 @@ class PrivacyAccountantCallback(Callback):
                     f"({self.accountant.name})"
                 )
         if update.events and self._should_log(trainer):
-            for name, value in (("epsilon", self.epsilon()), ("delta", self._delta())):
+            epsilon = self.epsilon()
+            self.epsilon_curve.record(trainer.global_step, epsilon)
+            for name, value in (("epsilon", epsilon), ("delta", self._delta())):
                 pl_module.log(
                     name, value, prog_bar=True, on_step=True, on_epoch=False, batch_size=1
                 )
@@ -649,12 +669,21 @@ class PrivacyAccountantCallback(Callback):
         module = require_private(pl_module)
         self._apply(module.privacy_update())
         self._facts = module.privacy_facts()
+        self.epsilon_curve.record(trainer.global_step, self.epsilon() if self.releases else 0.0)
         try:
             self._settle_ledger_entry(trainer)
         finally:  # the report is written even if the ledger cannot be settled
             if trainer.is_global_zero:
                 write_privacy_report(self._report_path(trainer), self.report())
             self._release_journal()
+        if trainer.is_global_zero and self.plot_filename is not None:
+            plot_epsilon_curve(
+                self.epsilon_curve,
+                (self._log_dir or Path(trainer.default_root_dir)) / self.plot_filename,
+                delta=self.delta,
+                target_epsilon=self.target_epsilon,
+                accountant="analytic Gaussian" if self.one_shot else self.accountant.name,
+            )
 
     @override
     def on_exception(
@@ -728,6 +757,7 @@ class PrivacyAccountantCallback(Callback):
             if self._journal is None
             else [str(self._journal.path), self._journal.id],
             "ledger_entry": None if self._ledger_entry is None else list(self._ledger_entry),
+            "epsilon_curve": self.epsilon_curve.state_dict(),
         }
 
     @override
@@ -746,6 +776,8 @@ class PrivacyAccountantCallback(Callback):
         self._restored_journal = None if journal is None else (str(journal[0]), str(journal[1]))
         entry = state_dict.get("ledger_entry")
         self._ledger_entry = None if entry is None else (str(entry[0]), float(entry[1]))
+        if "epsilon_curve" in state_dict:  # absent from checkpoints of earlier versions
+            self.epsilon_curve.load_state_dict(state_dict["epsilon_curve"])
         self._restored = True
         self._budget = None
 

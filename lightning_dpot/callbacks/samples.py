@@ -9,7 +9,7 @@ post-processing of the trained model: no privacy cost.
 
 from __future__ import annotations
 
-import warnings
+import shutil
 from pathlib import Path
 
 import lightning as L
@@ -19,25 +19,37 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_dpot.checks import check_positive_int
-from lightning_dpot.generative import draw
-from lightning_dpot.grids import ImageLogger, images_to_grid
+from lightning_dpot.generative import draw, record_shape
+from lightning_dpot.grids import ImageLogger, images_to_grid, is_image_batch, save_figure
+
+
+def _is_point_batch(samples: Tensor) -> bool:
+    """Whether ``samples`` are 2-D points ``(K, 2)``."""
+    return samples.ndim == 2 and samples.shape[1] == 2
 
 
 class SampleGrid(Callback):
     """Saves ``samples_epoch{E}.png`` every ``every_n_epochs`` epochs and ``samples.png`` (the
-    latest grid) in ``trainer.log_dir``, and logs the grid as ``key`` to every logger that has
-    ``log_image`` (e.g. wandb).
+    latest) in ``trainer.log_dir``, and logs it as ``key`` to every logger that has
+    ``log_image`` (e.g. wandb). Image records ``(C, H, W)`` with C in (1, 3) and values in
+    [−1, 1] make an image grid; 2-D records (x₁, x₂) a scatter plot.
 
     Works with every method (the :class:`~lightning_dpot.generative.Generative` protocol) whose
-    records are images ``(K, C, H, W)`` in [−1, 1]; for non-image records it warns once and
-    does nothing.
+    records are images or 2-D points; any other record shape is refused when fitting starts.
 
     Args:
-        num_samples: K, the number of images in the grid.
+        num_samples: K, the number of images in the grid (points in the scatter plot).
         every_n_epochs: save a grid after every n-th training epoch (and always at the end).
         seed: seed of the draw, the same for every grid.
         nrow: images per grid row (default ⌈√K⌉).
         key: name of the logged image.
+
+    Raises:
+        ValueError: at fit start, when the method's records are neither images nor 2-D points.
+
+    Example::
+
+        trainer = L.Trainer(callbacks=[SampleGrid(num_samples=16, every_n_epochs=5)])
     """
 
     def __init__(
@@ -54,41 +66,78 @@ class SampleGrid(Callback):
         self.nrow = None if nrow is None else check_positive_int("nrow", nrow)
         self.key = key
         self._last_saved_step: int | None = None
-        self._disabled = False
 
     def generate(self, pl_module: L.LightningModule) -> Tensor:
         """The K samples of the fixed seed (the module's train/eval mode is kept)."""
         generator = torch.Generator().manual_seed(self.seed)
-        images, _ = draw(pl_module, self.num_samples, generator=generator)
-        return images
+        samples, _ = draw(pl_module, self.num_samples, generator=generator)
+        return samples
+
+    @staticmethod
+    def check_records(method: str, samples: Tensor) -> None:
+        """Refuse, in one line, records that are neither images nor 2-D points.
+
+        Raises:
+            ValueError: naming the callback, what it draws and ``method``'s record shape.
+        """
+        if not (is_image_batch(samples) or _is_point_batch(samples)):
+            raise ValueError(
+                "SampleGrid draws image grids (records (C, H, W) with C in (1, 3)) and scatter "
+                f"plots (2-D records); {method} generates records of shape "
+                f"{tuple(samples.shape[1:])}"
+            )
 
     def save_grid(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str) -> Path | None:
-        """Write ``samples_{tag}.png`` and ``samples.png``; log the grid. Rank 0 only."""
+        """Write ``samples_{tag}.png`` and ``samples.png``; log the picture. Rank 0 only.
+
+        Raises:
+            ValueError: the records are neither images nor 2-D points.
+        """
         # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
         log_dir = Path(trainer.log_dir or trainer.default_root_dir)
-        if self._disabled or not trainer.is_global_zero:
+        if not trainer.is_global_zero:
             return None
-        from torchvision.utils import save_image
-
-        images = self.generate(pl_module)
-        if images.ndim != 4 or images.shape[1] not in (1, 3):
-            warnings.warn(
-                f"SampleGrid: records of shape {tuple(images.shape[1:])} are not images "
-                "(C, H, W) with C in (1, 3); no sample grids will be saved",
-                stacklevel=2,
-            )
-            self._disabled = True
-            return None
-        grid = images_to_grid(images, self.nrow)
-        log_dir.mkdir(parents=True, exist_ok=True)
+        samples = self.generate(pl_module)
+        self.check_records(type(pl_module).__name__, samples)
         path = log_dir / f"samples_{tag}.png"
-        save_image(grid, path)
-        save_image(grid, log_dir / "samples.png")
+        if is_image_batch(samples):
+            from torchvision.utils import save_image
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_image(images_to_grid(samples, self.nrow), path)
+        else:
+            self._save_scatter(samples, path, f"samples at step {trainer.global_step}")
+        shutil.copyfile(path, log_dir / "samples.png")
         for logger in trainer.loggers:
             if isinstance(logger, ImageLogger):
-                logger.log_image(key=self.key, images=[grid], step=trainer.global_step)
+                logger.log_image(key=self.key, images=[str(path)], step=trainer.global_step)
         self._last_saved_step = trainer.global_step
         return path
+
+    @staticmethod
+    def _save_scatter(points: Tensor, path: Path, title: str) -> None:
+        """The 2-D ``points`` as a scatter plot (equal axes) in ``path``."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(4, 4))
+        ax.scatter(points[:, 0], points[:, 1], s=4)
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_title(title)
+        save_figure(fig, path)
+
+    def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse a method whose records get no picture, before the datamodule releases
+        anything (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        empty = torch.empty(0, *record_shape(pl_module))  # no records, the method's shape
+        self.check_records(type(pl_module).__name__, empty)
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The same check, for a datamodule that released nothing before the fit."""
+        self.check_before_release(trainer, pl_module)
 
     @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

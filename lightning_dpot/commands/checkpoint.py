@@ -1,5 +1,5 @@
-"""Rebuild a trained run's LightningModule from its checkpoint (shared by ``dpot sample`` and
-``dpot evaluate``).
+"""Find a run's checkpoint and rebuild its LightningModule from it (shared by ``dpot sample``,
+``dpot evaluate`` and ``dpot export``).
 
 The module is instantiated from the ``model`` section of the run's ``config.yaml``; state kept
 outside the ``state_dict`` is restored by the module's own ``on_load_checkpoint`` (e.g. the
@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "find_checkpoint",
     "find_run_config",
     "instantiate",
     "load_datamodule",
@@ -53,6 +54,42 @@ def find_run_config(ckpt: str | Path) -> Path:
         f"no config.yaml found next to ckpt={str(ckpt)!r} or in any parent folder; pass the "
         "run's config with --config"
     )
+
+
+def find_checkpoint(run_dir: str | Path) -> Path:
+    """The checkpoint of the run in ``run_dir``: every ``*.ckpt`` below it, at any depth (so
+    both ``<run>/checkpoints/`` and ``<run>/<project>/<id>/checkpoints/`` are found); the newest
+    ``last.ckpt`` if there is one, else the newest checkpoint.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is not a directory or holds no checkpoint.
+        ValueError: its checkpoints belong to more than one run (more than one ``config.yaml``
+            is found above them).
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run_dir={str(run_dir)!r} is not a directory")
+    found = [path for path in run_dir.rglob("*.ckpt") if path.is_file()]
+    if not found:
+        raise FileNotFoundError(
+            f"run_dir={str(run_dir)!r} holds no checkpoint (*.ckpt); was the run fitted with "
+            "checkpointing on? Give one with --ckpt"
+        )
+    runs = {_run_config_or_none(path) for path in found}
+    if len(runs) > 1:
+        raise ValueError(
+            f"run_dir={str(run_dir)!r} holds the checkpoints of {len(runs)} runs; give one "
+            "run's directory, or a checkpoint with --ckpt"
+        )
+    last = [path for path in found if path.name == "last.ckpt"]
+    return max(last or found, key=lambda path: path.stat().st_mtime)
+
+
+def _run_config_or_none(ckpt: Path) -> Path | None:
+    try:
+        return find_run_config(ckpt)
+    except FileNotFoundError:
+        return None
 
 
 def _read_yaml(path: str | Path) -> Any:

@@ -12,8 +12,10 @@ reference data are the **raw held-out split** of the run's data section (or ``--
 read from its ``source`` without privatizing anything. N samples are drawn once through
 :class:`~lightning_dpot.generative.Generative` (labelled when the method is class-conditional)
 and shared by all metrics.
-The result is printed as JSON and appended to the list ``"evaluate"`` of the run's
-``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no-report`` skips).
+The result is printed as JSON on stdout and appended to the list ``"evaluate"`` of the run's
+``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no-report`` skips). A
+progress bar over the stages (sampling, then each metric) is drawn on stderr when it is a
+terminal, unless ``--no-progress``; stdout carries the JSON only.
 
 Reference rows use ``--samples`` instead of ``--ckpt`` (``--data-config`` required):
 ``raw-train`` (the raw training split with its labels: the real-data row), ``privatized`` (the
@@ -33,7 +35,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -43,6 +45,9 @@ from lightning_dpot.commands.checkpoint import load_datamodule
 from lightning_dpot.data.protocols import LocalDPRelease, held_out_split, satisfies
 from lightning_dpot.generative import draw
 from lightning_dpot.metrics.selection import MetricSelection
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 DESCRIPTION = "FID / classifier FD, downstream utility and W2 of a checkpoint (prints JSON)"
 SAMPLE_SOURCES = ("raw-train", "privatized")
@@ -99,9 +104,30 @@ def load_sample_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
     )
 
 
+def progress_bar(stages: int, enabled: bool) -> tqdm:
+    """A tqdm bar of ``stages`` steps on stderr, drawn only when ``enabled`` and stderr is a
+    terminal (tqdm is imported here, so ``dpot --help`` does not load it)."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=stages,
+        desc="dpot evaluate",
+        unit="stage",
+        file=sys.stderr,
+        disable=not (enabled and sys.stderr.isatty()),
+        leave=False,
+    )
+
+
 def evaluate(args: argparse.Namespace) -> dict:
     """Compute the requested metrics; returns the JSON record (also written to the report)."""
     selection = _selection(args)
+    with progress_bar(1 + len(selection.metrics), not args.no_progress) as bar:
+        return _evaluate(args, selection, bar)
+
+
+def _evaluate(args: argparse.Namespace, selection: MetricSelection, bar: tqdm) -> dict:
+    """:func:`evaluate`, advancing ``bar`` after the sampling and after each metric."""
     metrics = list(dict.fromkeys(m.strip() for m in args.metrics.split(",") if m.strip()))
     num_samples = check_positive_int("num_samples", args.num_samples)
     if (args.ckpt is None) == (args.samples is None):
@@ -130,6 +156,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     reference, reference_labels = held_out_split(datamodule)
 
     start = time.perf_counter()
+    bar.set_postfix_str("samples")
     if model is not None:
         generator = torch.Generator().manual_seed(args.seed)
         x, y = draw(model, num_samples, labelled=selection.needs_labels, generator=generator)
@@ -143,6 +170,7 @@ def evaluate(args: argparse.Namespace) -> dict:
         x, y = x[:num_samples], None if y is None else y[:num_samples]
     record["num_samples"] = int(x.shape[0])
     record["generate_seconds"] = round(time.perf_counter() - start, 2)
+    bar.update()
     x = x.float()
 
     results: dict[str, Any] = {}
@@ -150,6 +178,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     cache_dir = getattr(datamodule, "cache_dir", ".dpot_cache")
     for name, options in selection.metrics.items():
         start = time.perf_counter()
+        bar.set_postfix_str("fid" if name == "frechet" else name)
         (section,) = (
             MetricSelection({name: options})
             .score(
@@ -175,13 +204,14 @@ def evaluate(args: argparse.Namespace) -> dict:
                     f"the samples ({record['samples']}) carry no labels; the utility metric "
                     "needs labelled samples, so it is skipped"
                 )
-            print(f"dpot evaluate: utility skipped: {reason}", file=sys.stderr)
+            bar.write(f"dpot evaluate: utility skipped: {reason}", file=sys.stderr)
             results["utility"] = {"skipped": reason}
         elif name == "w2":
             results["w2"] = {**section, "reference": "raw held-out split"}
         else:
             results[name] = section
         timings["fid" if name == "frechet" else name] = round(time.perf_counter() - start, 2)
+        bar.update()
     record["results"] = results
     record["seconds"] = timings
     record["reference"] = {"split": "raw held-out", "n": int(reference.shape[0])}
@@ -235,6 +265,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:index]")
     parser.add_argument("--report", help="report.json to append to (default: the run's)")
     parser.add_argument("--no-report", action="store_true", help="do not write report.json")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on stderr (off without a TTY)"
+    )
     return parser
 
 

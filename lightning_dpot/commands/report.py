@@ -64,6 +64,12 @@ def summary(run_dir: str | Path, max_files: int = 12) -> str:
     path = run_dir / "report.json"
     report = json.loads(path.read_text()) if path.is_file() else {}
     lines = [f"run directory: {run_dir}", _privacy_line(report)]
+    ledger = (report.get("privacy") or {}).get("ledger") or {}
+    if ledger.get("path"):
+        lines.append(
+            f"privacy ledger: {ledger['path']} (every release of these records; set by "
+            "$DPOT_LEDGER_DIR or the data module's ledger_dir)"
+        )
     metrics = report.get("metrics") or {}
     if metrics:
         shown = ", ".join(f"{k}={_format(v)}" for k, v in sorted(metrics.items())[:10])

@@ -2,9 +2,21 @@
 
 The model is rebuilt from the ``model`` section of the run's ``config.yaml`` (the one LightningCLI
 saved in the run directory; found by walking up from the checkpoint, or given with ``--config``),
-the checkpoint's ``state_dict`` is loaded, and ``model.sample(N)`` is written as a tensor file
-(``torch.save``, shape ``(N, *sample_shape)``, images in [−1, 1]) and/or a PNG grid. Sampling is
-post-processing of the trained generator: it costs no privacy. No data are read.
+the checkpoint's ``state_dict`` is loaded, and N samples are written to ``--output`` in the
+``--format``
+
+* ``pt`` (default): ``torch.save`` of ``model.sample(N)``, shape ``(N, *sample_shape)``, images in
+  [−1, 1];
+* ``npz``: ``numpy.savez`` with the array ``samples`` and, for a class-conditional generator
+  (``model.conditional``, e.g. DP-Sinkhorn with a ``ConditionalDCGANGenerator``), ``labels``:
+  the draw of ``model.sample_labeled(N)``, y ~ Unif{0, …, L−1};
+* ``png-dir``: a new (or empty) folder with one 8-bit RGB PNG per image, ``000000.png``, …
+  (pixels mapped from [−1, 1] to 0…255; a gray image has three equal channels), and
+  ``labels.csv`` (``file,label``) for a class-conditional generator; refused for records that
+  are not images (C, H, W) with C in (1, 3),
+
+and/or a PNG grid (``--grid``). Sampling is post-processing of the trained generator: it costs
+no privacy. No data are read.
 
 Particle flows (``DPSWFlow``, ``DPSWFlowR``) work too: their particles and cached release come
 back from the checkpoint (``on_load_checkpoint``; no mechanism is called), and a module that
@@ -20,20 +32,30 @@ import json
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from lightning_dpot.checks import check_positive_int
 from lightning_dpot.commands.checkpoint import find_run_config, instantiate, load_model
 from lightning_dpot.generative import require_generative
+from lightning_dpot.grids import images_to_grid, images_to_unit_range, is_image_batch
 
-__all__ = ["build_parser", "find_run_config", "instantiate", "load_model", "main", "run"]
+__all__ = ["FORMATS", "build_parser", "find_run_config", "instantiate", "load_model", "main", "run"]
 
 DESCRIPTION = "draw samples from a trained generator checkpoint (tensor file and/or PNG grid)"
+#: What ``--output`` can hold (module docstring).
+FORMATS = ("pt", "npz", "png-dir")
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--ckpt", required=True, help="checkpoint (.ckpt) of a fitted run")
     parser.add_argument("--num", type=int, required=True, help="number of samples N")
-    parser.add_argument("--output", help="tensor file to write (torch.save of (N, ...))")
+    parser.add_argument("--output", help="file (pt, npz) or folder (png-dir) to write")
+    parser.add_argument(
+        "--format",
+        default="pt",
+        choices=FORMATS,
+        help="pt: torch.save of (N, ...); npz: samples (and labels); png-dir: one PNG per image",
+    )
     parser.add_argument("--grid", help="PNG file for a grid of the first --grid-size samples")
     parser.add_argument("--grid-size", type=int, default=64, help="images in the grid")
     parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt)")
@@ -45,15 +67,28 @@ def run(args: argparse.Namespace) -> dict:
     """Sample and write the files; returns the JSON summary the CLI prints."""
     from torchvision.utils import save_image
 
-    from lightning_dpot.grids import images_to_grid
-
     num = check_positive_int("num", args.num)
     grid_size = check_positive_int("grid_size", args.grid_size)
     if args.output is None and args.grid is None:
         raise ValueError("give --output (tensor file) and/or --grid (PNG file)")
+    if args.output is None and args.format != "pt":
+        raise ValueError(f"--format {args.format} writes to --output: give --output")
+    if args.format == "png-dir":
+        _check_empty_folder(Path(args.output))
     model, config_path = load_model(args.ckpt, args.config)
     generator = None if args.seed is None else torch.Generator().manual_seed(args.seed)
-    samples = require_generative(model).sample(num, generator=generator)
+    model = require_generative(model)
+    labels = None
+    if args.format != "pt" and model.conditional:
+        samples, labels = model.sample_labeled(num, generator=generator)
+    else:
+        samples = model.sample(num, generator=generator)
+    if args.format == "png-dir" and not is_image_batch(samples):
+        raise ValueError(
+            f"--format png-dir writes images (N, C, H, W) with C in (1, 3), but "
+            f"{type(model).__name__} draws records of shape {tuple(samples.shape[1:])}; "
+            "accepted --format for this model: pt, npz"
+        )
     summary: dict = {
         "checkpoint": str(args.ckpt),
         "config": str(config_path),
@@ -61,14 +96,52 @@ def run(args: argparse.Namespace) -> dict:
         "shape": list(samples.shape),
     }
     if args.output is not None:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(samples, args.output)
-        summary["output"] = str(args.output)
+        WRITERS[args.format](Path(args.output), samples, labels)
+        summary |= {"output": args.output, "format": args.format, "labels": labels is not None}
     if args.grid is not None:
         Path(args.grid).parent.mkdir(parents=True, exist_ok=True)
         save_image(images_to_grid(samples[:grid_size]), args.grid)
         summary["grid"] = str(args.grid)
     return summary
+
+
+def _check_empty_folder(folder: Path) -> None:
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(
+            f"--output {str(folder)!r} exists and is not an empty folder; --format png-dir "
+            "writes into a new or empty folder"
+        )
+
+
+def _write_pt(path: Path, samples: Tensor, labels: Tensor | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(samples, path)
+
+
+def _write_npz(path: Path, samples: Tensor, labels: Tensor | None) -> None:
+    import numpy as np
+
+    arrays = {"samples": samples.numpy()}
+    if labels is not None:
+        arrays["labels"] = labels.numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as file:  # a file object: numpy appends no ".npz" to the name
+        np.savez(file, **arrays)
+
+
+def _write_png_dir(folder: Path, samples: Tensor, labels: Tensor | None) -> None:
+    from torchvision.utils import save_image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"{i:06d}.png" for i in range(len(samples))]
+    for name, image in zip(names, images_to_unit_range(samples), strict=True):
+        save_image(image, folder / name)  # 8-bit RGB; a gray image has three equal channels
+    if labels is not None:
+        rows = [f"{name},{int(label)}" for name, label in zip(names, labels, strict=True)]
+        (folder / "labels.csv").write_text("\n".join(["file,label", *rows]) + "\n")
+
+
+WRITERS = {"pt": _write_pt, "npz": _write_npz, "png-dir": _write_png_dir}
 
 
 def main(argv: list[str]) -> None:

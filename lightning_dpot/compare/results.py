@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from lightning_dpot.compare.suite import Cell, Suite
+from lightning_dpot.grids import save_figure
 
 __all__ = [
     "CELLS_NOTE",
@@ -239,10 +240,7 @@ def plot_metrics(rows: list[dict], out_dir: Path) -> list[Path]:
             for ax in axes[0]:
                 ax.set_ylabel(title)
             fig.tight_layout()
-            path = out_dir / f"{source}_{key}.png"
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            written.append(path)
+            written.append(save_figure(fig, out_dir / f"{source}_{key}.png", dpi=120))
     return written
 
 
@@ -297,10 +295,7 @@ def plot_samples(suite: Suite, cells: list[dict], out_dir: Path, cells_dir: Path
                     ax.set_ylabel(method, fontsize=8)
         fig.suptitle(f"{suite.name} / {source}: samples (seed {seed})", fontsize=10)
         fig.tight_layout()
-        path = out_dir / f"{source}_samples.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, out_dir / f"{source}_samples.png", dpi=120))
     return written
 
 

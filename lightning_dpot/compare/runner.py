@@ -27,6 +27,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -164,11 +165,16 @@ def _check_fingerprint(cell: Cell, cell_dir: Path, stored: dict | None, current:
 
 
 def evaluate_model(
-    model: Any, datamodule: Any, settings: dict, seed: int, cache_dir: Path
+    model: Any,
+    datamodule: Any,
+    settings: dict,
+    seed: int,
+    cache_dir: Path,
+    device: torch.device | str = "cpu",
 ) -> tuple[dict, torch.Tensor]:
     """Score ``model`` against the datamodule's raw held-out split with the suite's evaluator
     set (:func:`suite_metrics`); returns the metrics and the samples drawn (seeded by the cell's
-    seed)."""
+    seed). ``device`` runs the evaluators' networks (the Fréchet features, the MLP and CNN)."""
     selection = suite_metrics(settings)
     reference, labels = held_out_split(datamodule)
     n = int(settings.get("num_samples", 2000))
@@ -180,7 +186,7 @@ def evaluate_model(
         return metrics, x
     source = getattr(datamodule, "source", None)
     sections = selection.score(
-        x, y, reference, labels, seed=seed, cache_dir=cache_dir, source=source
+        x, y, reference, labels, seed=seed, cache_dir=cache_dir, device=device, source=source
     )
     for name, section in sections.items():
         if name == "w2":
@@ -255,8 +261,11 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
     return run_dir
 
 
-def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
-    """Train, evaluate and record one cell (or read its record if it is finished)."""
+def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callback] = ()) -> dict:
+    """Train, evaluate and record one cell (or read its record if it is finished).
+
+    ``callbacks`` join the cell's trainer (e.g. a step timer); they change nothing the cell
+    records. The evaluators run on the device the cell trained on."""
     from lightning_dpot.training import run_lightning
 
     cell_dir = out_dir / "cells" / cell.key
@@ -286,13 +295,19 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path) -> dict:
     with _quiet():
         cli = run_lightning(args, run=False)
         cli.trainer.callbacks.append(_SampleCount(int(suite.evaluation.get("num_samples", 2000))))
+        cli.trainer.callbacks.extend(callbacks)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=resumed)
         fit_seconds = time.perf_counter() - start
         report = json.loads((cell_dir / "report.json").read_text())
         privacy = cell_privacy(report)
         start = time.perf_counter()
         metrics, samples = evaluate_model(
-            cli.model, cli.datamodule, suite.evaluation, cell.seed, out_dir / "cache"
+            cli.model,
+            cli.datamodule,
+            suite.evaluation,
+            cell.seed,
+            out_dir / "cache",
+            device=cli.trainer.strategy.root_device,
         )
     torch.save(samples[: int(suite.evaluation.get("grid", 64))].clone(), cell_dir / "samples.pt")
     record = {

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from lightning_dpot.metrics.selection import METRICS, MetricSelection
+from lightning_dpot.resources import resolve_path
 
 __all__ = ["Cell", "MethodSpec", "PrepareSpec", "Suite", "load_suite"]
 
@@ -168,8 +169,9 @@ def _positive_floats(path: Path, name: str, values: Any) -> tuple[float, ...]:
 
 
 def load_suite(path: str | Path) -> Suite:
-    """Read and check a suite file; every error names the key and the accepted values."""
-    path = Path(path)
+    """Read and check a suite file (on disk, or one of the package's own ``configs/compare/``
+    suites); every error names the key and the accepted values."""
+    path = Path(resolve_path(str(path)))
     if not path.is_file():
         raise FileNotFoundError(f"--config={str(path)!r}: no such suite file")
     raw = yaml.safe_load(path.read_text()) or {}

@@ -22,8 +22,9 @@ noise does not hide.
 Sample rate. Give ``sample_rate`` q directly (data-independent), or ``expected_batch_size`` b,
 from which q = b / N with N the number of training records (the usual practice, e.g. Opacus;
 it treats N as public). Under DDP every rank Poisson-samples its own fixed shard
-``rank::world_size`` with the same q (parallel composition, accounting unchanged); set
-``Trainer(use_distributed_sampler=False)``.
+``rank::world_size`` with the same q (parallel composition, accounting unchanged); the loader's
+sampler is a ``DistributedSampler``, so Lightning keeps it with its default
+``use_distributed_sampler=True`` (:mod:`lightning_dpot.data.poisson`).
 """
 
 from __future__ import annotations

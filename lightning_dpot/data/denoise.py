@@ -38,7 +38,6 @@ import math
 from typing import Literal
 
 import numpy as np
-import pywt
 import torch
 from torch import Tensor
 
@@ -89,6 +88,8 @@ def wavelet_denoise(
     Returns:
         Denoised images with the shape, dtype and device of ``images``.
     """
+    import pywt  # only here: importing the package (``lightning_dpot.data``) needs no PyWavelets
+
     if images.ndim < 2:
         raise ValueError(f"images must have shape (..., H, W), got {tuple(images.shape)}")
     noise_std = check_positive("noise_std", noise_std)

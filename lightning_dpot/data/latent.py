@@ -65,6 +65,7 @@ from lightning_dpot.checks import (
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
 from lightning_dpot.data.poisson import poisson_dataloader
+from lightning_dpot.data.replicated import replicated_loader
 from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.data.split import (
     SPLIT_CHECKPOINT_KEY,
@@ -460,7 +461,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         latents = self.private_records()
         if self.sample_rate is None:  # whole set read once, or drawn by the module (batch_size)
             steps = torch.arange(self.steps_per_epoch)
-            return DataLoader(TensorDataset(steps), batch_size=1, shuffle=False)
+            return replicated_loader(TensorDataset(steps), batch_size=1)  # every rank: every step
         return poisson_dataloader(
             TensorDataset(latents),
             self.sample_rate,

@@ -31,8 +31,10 @@ Privacy implications
   step with the same (σ, q), whatever W. The shard map is a function of the record's index, so
   the guarantee is for adding/removing a record while the other records keep their indices (a
   dataset addressed by stable record ids); re-indexing the dataset between runs is a new
-  dataset. Use ``Trainer(use_distributed_sampler=False)``: Lightning's ``DistributedSampler``
-  would replace this sharding.
+  dataset. The sampler is a ``DistributedSampler`` by type, so Lightning keeps it under DDP
+  with its default ``use_distributed_sampler=True`` (Lightning replaces only samplers that are
+  not one): its own ``DistributedSampler`` would draw fixed-size shuffled batches, a sampling
+  the accountant does not assume.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from torch.utils.data import default_collate as _default_collate
+from typing_extensions import override
 
 from lightning_dpot.checks import (
     check_nonnegative_int,
@@ -53,7 +56,7 @@ from lightning_dpot.checks import (
 from lightning_dpot.distributed import rank_world
 
 
-class PoissonBatchSampler(Sampler[list[int]]):
+class PoissonBatchSampler(DistributedSampler[list[int]]):
     """Yields ``num_steps`` Poisson-sampled index batches per epoch (module docstring).
 
     Args:
@@ -66,6 +69,12 @@ class PoissonBatchSampler(Sampler[list[int]]):
 
     The sampler is stateful: ``epoch`` and the next step to draw advance as batches are drawn;
     :meth:`state_dict` / :meth:`load_state_dict` save and restore that position.
+
+    It is the ``sampler`` of a :class:`PoissonDataLoader` (each item it yields is a whole
+    batch) and a ``DistributedSampler`` subclass, so that Lightning leaves it in place under DDP
+    (module docstring). ``DistributedSampler.__init__`` is not run: it reads the process group at
+    construction and pads the shards to equal length, where this sampler reads the rank when
+    iteration starts and never repeats a record.
     """
 
     def __init__(
@@ -89,8 +98,8 @@ class PoissonBatchSampler(Sampler[list[int]]):
             rank = check_nonnegative_int("rank", rank)
             if world_size is not None and rank >= world_size:
                 raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank!r}")
-        self.rank = rank
-        self.world_size = world_size
+        self._rank = rank
+        self._world_size = world_size
         self.epoch = 0
         self._next_step = 0
 
@@ -98,11 +107,21 @@ class PoissonBatchSampler(Sampler[list[int]]):
 
     def _rank_and_world_size(self) -> tuple[int, int]:
         rank, world_size = rank_world()
-        rank = rank if self.rank is None else self.rank
-        world_size = world_size if self.world_size is None else self.world_size
+        rank = rank if self._rank is None else self._rank
+        world_size = world_size if self._world_size is None else self._world_size
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank!r}")
         return rank, world_size
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]
+        """This process's shard (``DistributedSampler``'s name), read now."""
+        return self._rank_and_world_size()[0]
+
+    @property
+    def num_replicas(self) -> int:  # type: ignore[override]
+        """The number of shards W (``DistributedSampler``'s name), read now."""
+        return self._rank_and_world_size()[1]
 
     def shard(self) -> np.ndarray:
         """Indices owned by this rank: ``rank, rank + world_size, ...`` (all when W = 1)."""
@@ -130,19 +149,16 @@ class PoissonBatchSampler(Sampler[list[int]]):
             self._next_step = 0
         return self.epoch, self._next_step
 
-    @property
-    def sampler(self) -> PoissonBatchSampler:
-        """The sampler itself: Lightning calls ``set_epoch`` on ``loader.batch_sampler.sampler``
-        at every epoch start, which keeps ``epoch`` equal to the trainer's epoch."""
-        return self
-
+    @override
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch`` (step 0), unless already in it: re-setting the current epoch keeps
-        the position, so Lightning's per-epoch call does not replay a resumed epoch's masks."""
+        the position, so Lightning's call at every epoch start (on ``loader.sampler``) does not
+        replay a resumed epoch's masks."""
         epoch = check_nonnegative_int("epoch", epoch)
         if epoch != self.epoch:
             self.epoch, self._next_step = epoch, 0
 
+    @override
     def __iter__(self) -> Iterator[list[int]]:
         epoch, _ = self.position()
         while self.epoch == epoch and self._next_step < self.num_steps:
@@ -150,6 +166,7 @@ class PoissonBatchSampler(Sampler[list[int]]):
             self._next_step += 1  # marked drawn before it is handed out: never drawn twice
             yield self.batch_indices(epoch, step)
 
+    @override
     def __len__(self) -> int:
         return self.num_steps
 
@@ -208,10 +225,34 @@ class EmptyBatchCollate:
         return self.collate_fn(list(samples))
 
 
-class PoissonDataLoader(DataLoader):
-    """A ``DataLoader`` over a :class:`PoissonBatchSampler` that Lightning can resume exactly.
+class BatchView(Dataset):
+    """``dataset`` indexed by a whole batch: ``view[[i, j, ...]]`` is the list of samples
+    ``[dataset[i], dataset[j], ...]`` (one ``__getitems__`` call where the dataset has one).
+    What a loader without automatic batching (``batch_size=None``) fetches when its sampler
+    yields batches of indices."""
 
-    Same as ``DataLoader(dataset, batch_sampler=batch_sampler, collate_fn=...)`` plus:
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, indices: list[int]) -> list[Any]:
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return list(getitems(indices))
+        return [self.dataset[i] for i in indices]
+
+
+class PoissonDataLoader(DataLoader):
+    """A ``DataLoader`` over a :class:`PoissonBatchSampler` that Lightning keeps under DDP and
+    resumes exactly.
+
+    The sampler is the loader's ``sampler`` and yields whole batches (``batch_size=None``: no
+    automatic batching; the dataset is read through :class:`BatchView`). Lightning replaces a
+    loader's sampler under DDP unless it is a ``DistributedSampler``, which this one is, so the
+    Poisson sampling the accountant assumes is what every process draws, with
+    ``use_distributed_sampler`` left at its default. Besides:
 
     * ``collate_fn`` defaults to :class:`EmptyBatchCollate` (built from ``dataset[0]``), so empty
       batches arrive as 0-row tensors;
@@ -221,28 +262,37 @@ class PoissonDataLoader(DataLoader):
       mid-epoch checkpoint continues with exactly the next batch.
 
     ``kwargs`` go to ``DataLoader`` (``num_workers``, ``pin_memory``...); ``batch_size``,
-    ``shuffle``, ``sampler`` and ``drop_last`` are not allowed with a batch sampler.
+    ``shuffle``, ``batch_sampler`` and ``drop_last`` are not allowed (the sampler sets them).
+
+    Raises:
+        TypeError: ``sampler`` is not a :class:`PoissonBatchSampler`.
     """
 
     def __init__(
         self,
         dataset: Dataset,
-        batch_sampler: PoissonBatchSampler,
+        sampler: PoissonBatchSampler,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if not isinstance(batch_sampler, PoissonBatchSampler):
-            raise TypeError(
-                f"batch_sampler must be a PoissonBatchSampler, got {type(batch_sampler).__name__}"
-            )
+        if not isinstance(sampler, PoissonBatchSampler):
+            raise TypeError(f"sampler must be a PoissonBatchSampler, got {type(sampler).__name__}")
         if collate_fn is None:
             collate_fn = EmptyBatchCollate(dataset[0])
-        super().__init__(dataset, batch_sampler=batch_sampler, collate_fn=collate_fn, **kwargs)
-        self._consumed = batch_sampler.state_dict()
+        super().__init__(
+            BatchView(dataset), sampler=sampler, batch_size=None, collate_fn=collate_fn, **kwargs
+        )
+        self._consumed = sampler.state_dict()
 
+    @property
+    def poisson_sampler(self) -> PoissonBatchSampler:
+        """The loader's :class:`PoissonBatchSampler` (its ``sampler``)."""
+        assert isinstance(self.sampler, PoissonBatchSampler)
+        return self.sampler
+
+    @override
     def __iter__(self) -> Iterator[Any]:
-        sampler = self.batch_sampler
-        assert isinstance(sampler, PoissonBatchSampler)
+        sampler = self.poisson_sampler
         epoch, next_step = sampler.position()
         self._consumed = {**sampler.state_dict(), "epoch": epoch, "next_step": next_step}
         for batch in super().__iter__():
@@ -256,8 +306,7 @@ class PoissonDataLoader(DataLoader):
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue after the position saved by :meth:`state_dict`."""
-        sampler = self.batch_sampler
-        assert isinstance(sampler, PoissonBatchSampler)
+        sampler = self.poisson_sampler
         sampler.load_state_dict(state_dict)
         self._consumed = sampler.state_dict()
 

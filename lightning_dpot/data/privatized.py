@@ -37,6 +37,7 @@ from lightning_dpot._version import __version__
 from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger
+from lightning_dpot.data.protocols import check_before_release
 from lightning_dpot.data.release import (
     Release,
     config_key,
@@ -44,6 +45,7 @@ from lightning_dpot.data.release import (
     keyed_digest,
     tensor_sha256,
 )
+from lightning_dpot.data.replicated import replicated_loader
 from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.distributed import rank_world
 from lightning_dpot.privacy.mechanisms.additive import MechanismName, make_mechanism
@@ -57,8 +59,8 @@ class FullBatch(Dataset):
     """A dataset of one item, the whole tensors: full-batch training (Reshetova et al. 2024,
     §IV-A, b = n).
     The OT losses are order-free, so the release is neither shuffled nor re-collated; under
-    DDP each rank's (padded) distributed sampler yields this one item, i.e. the whole cached
-    release on every rank."""
+    DDP :func:`full_batch_loader` yields this one item, the whole cached release, on every
+    rank."""
 
     def __init__(self, *tensors: Tensor) -> None:
         self.tensors = tensors
@@ -90,8 +92,9 @@ def one_batch(items: list[tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
 
 
 def full_batch_loader(*tensors: Tensor) -> DataLoader:
-    """One step per epoch over the whole ``tensors`` (no per-record indexing or collation)."""
-    return DataLoader(FullBatch(*tensors), batch_size=None)
+    """One step per epoch over the whole ``tensors`` (no per-record indexing or collation), on
+    every DDP rank (:mod:`lightning_dpot.data.replicated`)."""
+    return replicated_loader(FullBatch(*tensors), batch_size=None)
 
 
 def _same(given: Any, recorded: Any) -> bool:
@@ -378,8 +381,10 @@ class PrivatizedDataModule(L.LightningDataModule):
 
     @override
     def prepare_data(self) -> None:
-        """Runs on global rank 0 before ``setup``: privatize if no cached release."""
+        """Runs on global rank 0 before ``setup``: privatize if no cached release, once the
+        trainer's callbacks have had their say (a run they refuse releases nothing)."""
         if self.release_path is None:
+            check_before_release(self.trainer)
             self._cached_release()
 
     @override

@@ -27,16 +27,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch import Tensor
 
 __all__ = [
     "CentralPrivateData",
+    "ChecksBeforeRelease",
     "HeldOutData",
     "LatentPrivateData",
     "LocalDPRelease",
     "PublicData",
+    "check_before_release",
     "held_out_split",
     "missing_members",
     "require_data",
@@ -200,3 +202,25 @@ def held_out_split(datamodule: object) -> tuple[Tensor, Tensor | None]:
         "source has no test split); evaluation compares generated samples with held-out raw "
         "data, so give the source a test split (e.g. test_size > 0)"
     )
+
+
+@runtime_checkable
+class ChecksBeforeRelease(Protocol):
+    """A callback that refuses, before anything private is released, a run it cannot serve."""
+
+    def check_before_release(self, trainer: Any, pl_module: Any) -> None: ...
+
+
+def check_before_release(trainer: Any) -> None:
+    """Every callback's :meth:`ChecksBeforeRelease.check_before_release`, in order.
+
+    A datamodule that releases in ``prepare_data`` or ``setup`` calls this first: Lightning runs
+    every callback hook after ``prepare_data``, so a callback's own ``on_fit_start`` check would
+    come after the release was drawn and charged to the ledger. ``trainer`` is ``None`` outside
+    a fit (``dpot privatize``): then there is nothing to check.
+    """
+    if trainer is None:
+        return
+    for callback in trainer.callbacks:
+        if isinstance(callback, ChecksBeforeRelease):
+            callback.check_before_release(trainer, trainer.lightning_module)

@@ -16,14 +16,22 @@ and a subclass overrides the hooks it needs:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import lightning as L
 import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_dpot.checks import check_positive
 from lightning_dpot.data.protocols import LocalDPRelease, require_data
 from lightning_dpot.generative import Generative
+from lightning_dpot.nn.samplers import GeneratorSampler, LatentSampler
+from lightning_dpot.ot.precision import autocast_disabled, upcast
 from lightning_dpot.ot.sinkhorn import SinkhornInfo
+
+#: The generator's optimizer (``torch.optim.Adam`` or ``torch.optim.RMSprop``).
+OptimizerName = Literal["adam", "rmsprop"]
 
 
 def log_sinkhorn_info(module: L.LightningModule, info: SinkhornInfo | None) -> None:
@@ -43,8 +51,16 @@ class GeneratorModule(L.LightningModule, Generative):
         generator: network z → record with attribute ``latent_dim``.
         latent_range: the latent distribution is Unif[low, high]^latent_dim
             (Reshetova et al. 2024: [−1, 1] for the 2-D MLP, [0, 1] for the DCGAN).
-        lr: Adam learning rate (a LightningCLI ``optimizer:`` entry overrides the optimizer).
+        lr: learning rate of the generator's optimizer, the run's only one (a method builds its
+            optimizer in ``configure_optimizers``; ``dpot fit`` takes no ``optimizer:`` section).
         generated_batch_size: generated samples per step (default: the real batch size).
+        optimizer: ``"adam"`` or ``"rmsprop"`` (torch's defaults but ``lr`` and ``betas``;
+            Reshetova et al. 2024 train the 2-D MLP of Figs. 1–2 with RMSprop, lr 10⁻⁴).
+        betas: Adam's (β₁, β₂); ``None``: torch's (0.9, 0.999). Adam only.
+
+    Raises:
+        ValueError: ``latent_range`` not increasing, ``lr`` ≤ 0, an unknown ``optimizer``, or
+            ``betas`` with ``optimizer="rmsprop"``.
     """
 
     def __init__(
@@ -53,6 +69,8 @@ class GeneratorModule(L.LightningModule, Generative):
         latent_range: tuple[float, float] = (-1.0, 1.0),
         lr: float = 1e-4,
         generated_batch_size: int | None = None,
+        optimizer: OptimizerName = "adam",
+        betas: tuple[float, float] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["generator"])
@@ -60,10 +78,18 @@ class GeneratorModule(L.LightningModule, Generative):
             raise ValueError(
                 f"latent_range must be (low, high) with high > low, got {latent_range}"
             )
+        if optimizer not in ("adam", "rmsprop"):
+            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {optimizer!r}")
+        if betas is not None and optimizer != "adam":
+            raise ValueError(
+                f"betas are Adam's: optimizer={optimizer!r} takes none, got betas={betas}"
+            )
         self.generator = generator
         self.latent_range = tuple(latent_range)
-        self.lr = lr
+        self.lr = check_positive("lr", lr)
         self.generated_batch_size = generated_batch_size
+        self.optimizer_name = optimizer
+        self.betas = None if betas is None else (float(betas[0]), float(betas[1]))
         self.loss_fn: nn.Module | None = None
 
     # -- hooks ------------------------------------------------------------------------------
@@ -111,6 +137,12 @@ class GeneratorModule(L.LightningModule, Generative):
             self.train(was_training)
         return torch.cat(out) if out else torch.empty(0)
 
+    def standalone_sampler(self) -> LatentSampler:
+        """G with its latent law Unif[latent_range]^latent_dim, for
+        :func:`~lightning_dpot.export.export_generator` (a copy of the generator only)."""
+        low, high = self.latent_range
+        return GeneratorSampler(self.generator, self.generator.latent_dim, "uniform", low, high)
+
     # -- Lightning --------------------------------------------------------------------------
     @override
     def setup(self, stage: str) -> None:
@@ -131,13 +163,20 @@ class GeneratorModule(L.LightningModule, Generative):
 
     @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        """The generator runs in the trainer's precision; the release view and the loss run
+        outside autocast on float32 records (:mod:`lightning_dpot.ot.precision`)."""
         real = batch[0]
         n = self.generated_batch_size or real.shape[0]
-        fake = self.release_view(self(self.sample_latent(n)))
-        loss = self.compute_loss(fake, real)
+        samples = self(self.sample_latent(n))
+        with autocast_disabled(samples):
+            fake = self.release_view(upcast(samples))
+            loss = self.compute_loss(fake, real)
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)
         return loss
 
     @override
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.generator.parameters(), lr=self.lr)
+        parameters = self.generator.parameters()
+        if self.optimizer_name == "rmsprop":
+            return torch.optim.RMSprop(parameters, lr=self.lr)
+        return torch.optim.Adam(parameters, lr=self.lr, betas=self.betas or (0.9, 0.999))

@@ -66,7 +66,9 @@ from lightning_dpot.checks import (
 from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.data.protocols import CentralPrivateData, require_data
 from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
+from lightning_dpot.nn.samplers import ConditionalGeneratorSampler, LatentSampler
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
+from lightning_dpot.ot.precision import upcast
 from lightning_dpot.ot.sinkhorn import NEWTON_MAX_POINTS
 from lightning_dpot.privacy.accounting.calibration import min_noise_multiplier
 from lightning_dpot.privacy.contract import (
@@ -266,6 +268,19 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
             self.train(was_training)
         return torch.cat(images), torch.cat(labels)
 
+    @override
+    def standalone_sampler(self) -> LatentSampler:
+        """G(z, y) with y ~ Unif{0, …, L−1} and z ~ Unif[latent_range]^latent_dim when
+        conditional (:func:`~lightning_dpot.export.export_generator`), else G(z)."""
+        if not self.conditional:
+            return super().standalone_sampler()
+        low, high = self.latent_range
+        num_classes = self.num_classes or int(self.generator.num_classes)
+        latent_dim = self.generator.latent_dim
+        return ConditionalGeneratorSampler(
+            self.generator, num_classes, latent_dim, "uniform", low, high
+        )
+
     # -- Lightning ------------------------------------------------------------------------------
     @override
     def setup(self, stage: str) -> None:
@@ -339,13 +354,17 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         if not self.private:
             return
         warn_if_unaccounted(self)
-        loader = self.trainer.train_dataloader
-        sampler = getattr(loader, "batch_sampler", None)
+        if self.trainer.precision == "16-mixed":
+            raise ValueError(
+                "precision='16-mixed' scales the loss (float16 loss scaling), so the sanitizer "
+                "would clip the scaled gradient; train private DP-Sinkhorn with 'bf16-mixed' or "
+                "'32-true'"
+            )
+        sampler = getattr(self.trainer.train_dataloader, "sampler", None)
         if not isinstance(sampler, PoissonBatchSampler):
             raise TypeError(
                 "DPSinkhorn (private) must train on a Poisson-sampled loader (PoissonBatchSampler,"
-                " e.g. CentralDPDataModule), got batch_sampler="
-                f"{type(sampler).__name__}; under DDP set Trainer(use_distributed_sampler=False)"
+                f" e.g. CentralDPDataModule), got sampler={type(sampler).__name__}"
             )
         if sampler.sample_rate != self.sample_rate:
             raise ValueError(
@@ -362,7 +381,9 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         n_total = n + debias_rows(n, self.debias_fraction)
         z = self.sample_latent(n_total)
         labels = self.sample_labels(n_total) if self.conditional else None
-        fake = self.generator(z, labels) if self.conditional else self.generator(z)
+        # The generator runs in the trainer's precision; the loss, its gradient G and the
+        # release G̃ in at least float32 (docs/performance.md#mixed-precision).
+        fake = upcast(self.generator(z, labels) if self.conditional else self.generator(z))
         if self.private and fake.requires_grad:
             rank = int(self.global_rank)
             fake.register_hook(lambda grad: self.sanitizer(grad, n, rank=rank))

@@ -19,7 +19,7 @@ import lightning as L
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
+from lightning_dpot.methods.base import GeneratorModule, OptimizerName, log_sinkhorn_info
 from lightning_dpot.ot import EntropicOT, ExactOT
 from lightning_dpot.ot.sinkhorn import Backend, SinkhornInfo
 
@@ -40,6 +40,8 @@ class EntropicWGAN(GeneratorModule):
             (:mod:`lightning_dpot.ot.sinkhorn`); ``auto`` picks by size, dimension and device.
         tol: tolerance on the marginal violation ‖π1 − a‖₁ of every solve.
         max_iter: cap on the Sinkhorn sweeps at λ.
+        latent_range, lr, generated_batch_size, optimizer, betas: as for
+            :class:`~lightning_dpot.methods.base.GeneratorModule` (Adam, lr 10⁻⁴ by default).
     """
 
     def __init__(
@@ -57,8 +59,17 @@ class EntropicWGAN(GeneratorModule):
         backend: Backend = "auto",
         tol: float = 1e-3,
         max_iter: int = 2000,
+        optimizer: OptimizerName = "adam",
+        betas: tuple[float, float] | None = None,
     ) -> None:
-        super().__init__(generator, latent_range, lr, generated_batch_size)
+        super().__init__(
+            generator,
+            latent_range=latent_range,
+            lr=lr,
+            generated_batch_size=generated_batch_size,
+            optimizer=optimizer,
+            betas=betas,
+        )
         if regularization not in ("entropic", "divergence", "none"):
             raise ValueError(
                 f"regularization must be 'entropic', 'divergence' or 'none', got {regularization!r}"

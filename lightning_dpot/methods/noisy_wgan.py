@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lightning_dpot.methods.base import OptimizerName
 from lightning_dpot.methods.entropic_wgan import EntropicWGAN
 from lightning_dpot.privacy.mechanisms.additive import Mechanism
 from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
@@ -73,8 +74,10 @@ class NoisyWGAN(EntropicWGAN):
             back to a small-blur Sinkhorn and warns). Reshetova et al. 2024, §IV-F use batch
             6000.
         latent_range: latent distribution Unif[low, high]^latent_dim.
-        lr: Adam learning rate.
+        lr: learning rate of the generator's optimizer.
         generated_batch_size: generated samples per step (default: the real batch size).
+        optimizer, betas: ``"adam"`` (Adam's ``betas``) or ``"rmsprop"``, as for
+            :class:`~lightning_dpot.methods.base.GeneratorModule`.
     """
 
     def __init__(
@@ -86,6 +89,8 @@ class NoisyWGAN(EntropicWGAN):
         latent_range: tuple[float, float] = (-1.0, 1.0),
         lr: float = 1e-4,
         generated_batch_size: int | None = None,
+        optimizer: OptimizerName = "adam",
+        betas: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(
             generator,
@@ -96,6 +101,8 @@ class NoisyWGAN(EntropicWGAN):
             latent_range=latent_range,
             lr=lr,
             generated_batch_size=generated_batch_size,
+            optimizer=optimizer,
+            betas=betas,
         )
         self.randomizer: LocalRandomizer | None = None
 

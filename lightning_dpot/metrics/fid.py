@@ -8,19 +8,20 @@ images (Heusel et al. 2017, "GANs trained by a two time-scale update rule…", E
     d^2 = \lVert μ_r − μ_g \rVert_2^2 + \operatorname{Tr}\bigl(Σ_r + Σ_g − 2 (Σ_r Σ_g)^{1/2}\bigr),
 
 with Tr (Σ_r Σ_g)^{1/2} = Σ_k √λ_k(Σ_r Σ_g) (the product of two PSD matrices has real, ≥ 0
-eigenvalues). Means and covariances are accumulated as sums S = Σᵢ φᵢ, Q = Σᵢ φᵢ φᵢᵀ and counts n,
-which add across processes, so ``dist_reduce_fx="sum"`` makes both metrics exact under DDP:
-μ = S/n, Σ = (Q − n μ μᵀ)/(n − 1).
+eigenvalues). Both are torchmetrics' ``FrechetInceptionDistance``: it accumulates, in float64,
+sums S = Σᵢ φᵢ, Q = Σᵢ φᵢ φᵢᵀ and counts n, declared with ``dist_reduce_fx="sum"``, so the value
+under DDP is the single-process value on the union of the shards; μ = S/n,
+Σ = (Q − n μ μᵀ)/(n − 1), and the trace term from ``torch.linalg.eigvals`` (no scipy ``sqrtm``).
 
-- :class:`InceptionFID` is **FID** proper (Cao et al. 2021, §D.1): torchmetrics
-  ``FrechetInceptionDistance`` with the standard torch-fidelity InceptionV3 weights
-  (``weights-inception-2015-12-05-6726825d.pth``, pool3 features, 2048-d), grayscale repeated to
-  3 channels, inputs in [−1, 1] mapped to [0, 1]. Offline it needs the weights file, either in
-  the torch hub cache or at ``feature_extractor_weights_path``; without it, construction fails.
-- :class:`ClassifierFrechetDistance` is the offline alternative: the same distance on the
-  penultimate features of a small CNN (:class:`FeatureClassifier`) trained on real public/test
-  data. Its values are not comparable with FID and are never reported as FID (log key
-  ``"fd_classifier"``).
+- :class:`InceptionFID` is **FID** proper (Cao et al. 2021, §D.1): the standard torch-fidelity
+  InceptionV3 weights (``weights-inception-2015-12-05-6726825d.pth``, pool3 features, 2048-d),
+  grayscale repeated to 3 channels, inputs in [−1, 1] mapped to [0, 1]. Offline it needs the
+  weights file, either in the torch hub cache or at ``feature_extractor_weights_path``; without
+  it, construction fails.
+- :class:`ClassifierFrechetDistance` is the offline alternative: the same metric with
+  ``feature=`` the penultimate features of a small CNN (:class:`FeatureClassifier`) trained on
+  real public/test data. Its values are not comparable with FID and are never reported as FID
+  (log key ``"fd_classifier"``).
 """
 
 from __future__ import annotations
@@ -28,13 +29,11 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Sequence
-from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torchmetrics import Metric
 from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.utilities.imports import _TORCH_FIDELITY_AVAILABLE
 from typing_extensions import override
@@ -68,26 +67,17 @@ _CLASSIFIER_FILE_VERSION = 1
 
 
 def frechet_distance(mu1: Tensor, sigma1: Tensor, mu2: Tensor, sigma2: Tensor) -> Tensor:
-    r"""Squared Fréchet (W₂) distance between N(μ₁, Σ₁) and N(μ₂, Σ₂).
+    r"""Squared Fréchet (W₂) distance between N(μ₁, Σ₁) and N(μ₂, Σ₂), for statistics at hand.
 
-    d² = ‖μ₁ − μ₂‖² + Tr Σ₁ + Tr Σ₂ − 2 Σ_k √λ_k(Σ₁ Σ₂)  (Heusel et al. 2017, Eq. 6). The
-    eigenvalues of Σ₁Σ₂ are real and ≥ 0 in exact arithmetic; round-off imaginary parts and
-    tiny negative values are discarded by taking the real part of the complex square root.
-    Computed in float64.
+    d² = ‖μ₁ − μ₂‖² + Tr Σ₁ + Tr Σ₂ − 2 Σ_k √λ_k(Σ₁ Σ₂)  (Heusel et al. 2017, Eq. 6), in float64,
+    as torchmetrics' ``FrechetInceptionDistance.compute`` evaluates it. The eigenvalues of Σ₁Σ₂
+    are real and ≥ 0 in exact arithmetic; round-off imaginary parts and tiny negative values are
+    discarded by taking the real part of the complex square root.
     """
     mu1, mu2, sigma1, sigma2 = (t.double() for t in (mu1, mu2, sigma1, sigma2))
     mean_term = (mu1 - mu2).square().sum()
     trace_sqrt = torch.linalg.eigvals(sigma1 @ sigma2).sqrt().real.sum()
     return mean_term + sigma1.trace() + sigma2.trace() - 2.0 * trace_sqrt
-
-
-def _mean_and_covariance(
-    total: Tensor, outer_total: Tensor, count: Tensor
-) -> tuple[Tensor, Tensor]:
-    """μ = S/n and unbiased Σ = (Q − n μμᵀ)/(n − 1) from the summed states."""
-    mean = total / count
-    covariance = (outer_total - count * torch.outer(mean, mean)) / (count - 1)
-    return mean, covariance
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,31 +330,52 @@ def load_or_train_feature_classifier(
     return model
 
 
-class ClassifierFrechetDistance(Metric):
+class _FeatureMap(nn.Module):
+    """φ as torchmetrics' ``FrechetInceptionDistance(feature=...)`` takes a custom extractor: it
+    declares ``num_features`` (no probe forward on 299×299 RGB) and returns ``(N, num_features)``.
+    """
+
+    def __init__(self, net: nn.Module, num_features: int) -> None:
+        super().__init__()
+        self.net = net
+        self.num_features = num_features
+
+    @override
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x).reshape(x.shape[0], -1)
+
+
+class ClassifierFrechetDistance(FrechetInceptionDistance):
     r"""Fréchet distance on a classifier's penultimate features — an offline stand-in, **not FID**.
 
-    d² = ‖μ_r − μ_g‖² + Tr(Σ_r + Σ_g − 2(Σ_r Σ_g)^{1/2}) with φ = ``feature_extractor`` (by
-    default the penultimate layer of :class:`FeatureClassifier`, trained on the real test/public
-    split). States are sums S = Σφ, Q = Σφφᵀ and counts n per side, declared with
-    ``dist_reduce_fx="sum"``, so the value under DDP equals the single-process value on the union
-    of the shards. With ``reset_real_features=False`` the real statistics survive ``reset()``.
-    The feature extractor is kept in eval mode and receives no gradients.
+    torchmetrics' ``FrechetInceptionDistance`` with ``feature=`` the map φ =
+    ``feature_extractor`` (by default the penultimate layer of :class:`FeatureClassifier`,
+    trained on the real test/public split): d² = ‖μ_r − μ_g‖² + Tr(Σ_r + Σ_g − 2(Σ_r Σ_g)^{1/2})
+    between the Gaussian fits of φ on real and generated images, from float64 sums declared with
+    ``dist_reduce_fx="sum"`` (the value under DDP equals the single-process value on the union of
+    the shards). Images go to φ as given (same scale as the classifier's training data, project
+    convention [−1, 1]); nothing is quantized. With ``reset_real_features=False`` the real
+    statistics survive ``reset()``. The feature extractor is kept in eval mode and receives no
+    gradients.
 
     Values depend on the feature network and are comparable only between runs that share its
     weights file. Log key: ``"fd_classifier"``.
+
+    Args:
+        feature_extractor: φ, mapping ``(N, C, H, W)`` images to ``N`` feature vectors.
+        num_features: length of φ's feature vectors (> 0).
+        reset_real_features: whether ``reset()`` also clears the real statistics.
+        kwargs: passed on to torchmetrics' ``Metric``.
+
+    Example::
+
+        metric = ClassifierFrechetDistance.from_classifier_file("feature_classifier.pt")
+        metric.update(real_images, real=True)
+        metric.update(generated_images, real=False)
+        fd = metric.compute()
     """
 
     log_key = "fd_classifier"
-    full_state_update = False
-    higher_is_better = False
-    is_differentiable = False
-
-    real_features_sum: Tensor
-    real_features_cov_sum: Tensor
-    real_features_num_samples: Tensor
-    fake_features_sum: Tensor
-    fake_features_cov_sum: Tensor
-    fake_features_num_samples: Tensor
 
     def __init__(
         self,
@@ -373,26 +384,16 @@ class ClassifierFrechetDistance(Metric):
         reset_real_features: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
         num_features = check_positive_int("num_features", num_features)
-        self.feature_extractor = feature_extractor.eval().requires_grad_(False)
-        self.reset_real_features = bool(reset_real_features)
-        for side in ("real", "fake"):
-            self.add_state(
-                f"{side}_features_sum",
-                torch.zeros(num_features, dtype=torch.float64),
-                dist_reduce_fx="sum",
-            )
-            self.add_state(
-                f"{side}_features_cov_sum",
-                torch.zeros(num_features, num_features, dtype=torch.float64),
-                dist_reduce_fx="sum",
-            )
-            self.add_state(
-                f"{side}_features_num_samples",
-                torch.tensor(0, dtype=torch.int64),
-                dist_reduce_fx="sum",
-            )
+        feature_map = _FeatureMap(feature_extractor.eval().requires_grad_(False), num_features)
+        super().__init__(
+            feature=feature_map, reset_real_features=bool(reset_real_features), **kwargs
+        )
+
+    @property
+    def feature_extractor(self) -> nn.Module:
+        """φ, the network the features come from."""
+        return self.inception.net
 
     @classmethod
     def from_classifier_file(
@@ -415,21 +416,6 @@ class ClassifierFrechetDistance(Metric):
         return self
 
     @override
-    def update(self, imgs: Tensor, real: bool) -> None:
-        """Add a batch of real (``real=True``) or generated images."""
-        with torch.no_grad():
-            features = self.feature_extractor(imgs).double()
-        features = features.reshape(features.shape[0], -1)
-        if real:
-            self.real_features_sum += features.sum(0)
-            self.real_features_cov_sum += features.T @ features
-            self.real_features_num_samples += features.shape[0]
-        else:
-            self.fake_features_sum += features.sum(0)
-            self.fake_features_cov_sum += features.T @ features
-            self.fake_features_num_samples += features.shape[0]
-
-    @override
     def compute(self) -> Tensor:
         """d² between the Gaussian fits of the real and generated features (float32 scalar)."""
         if self.real_features_num_samples < 2 or self.fake_features_num_samples < 2:
@@ -437,24 +423,4 @@ class ClassifierFrechetDistance(Metric):
                 "ClassifierFrechetDistance needs at least 2 real and 2 generated samples, got "
                 f"{int(self.real_features_num_samples)} and {int(self.fake_features_num_samples)}"
             )
-        mu_r, sigma_r = _mean_and_covariance(
-            self.real_features_sum, self.real_features_cov_sum, self.real_features_num_samples
-        )
-        mu_g, sigma_g = _mean_and_covariance(
-            self.fake_features_sum, self.fake_features_cov_sum, self.fake_features_num_samples
-        )
-        return frechet_distance(mu_r, sigma_r, mu_g, sigma_g).float()
-
-    @override
-    def reset(self) -> None:
-        """Reset the generated-side states (and the real side if ``reset_real_features``)."""
-        if self.reset_real_features:
-            super().reset()
-            return
-        kept = {
-            name: deepcopy(getattr(self, name))
-            for name in ("real_features_sum", "real_features_cov_sum", "real_features_num_samples")
-        }
-        super().reset()
-        for name, value in kept.items():
-            setattr(self, name, value)
+        return super().compute()

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from lightning_dpot.checks import check_nonnegative, check_positive
 from lightning_dpot.ot.costs import MixedL2L1Cost
+from lightning_dpot.ot.precision import full_precision
 from lightning_dpot.ot.sinkhorn import Backend, EntropicSolver, SinkhornInfo
 
 __all__ = [
@@ -155,6 +156,7 @@ class SemiDebiasedSinkhorn(nn.Module):
         value, self.last_info = self.solver(x, y)
         return value
 
+    @full_precision
     def forward(
         self,
         x: Tensor,
@@ -164,7 +166,8 @@ class SemiDebiasedSinkhorn(nn.Module):
         y_labels: Tensor | None = None,
     ) -> Tensor:
         """Ŝ over generated ``x`` (``n + n'`` rows, any trailing shape), real ``y`` (m rows),
-        ``num_cross`` = n; labels are required when ``num_classes`` is set.
+        ``num_cross`` = n; labels are required when ``num_classes`` is set. Computed outside
+        autocast, in at least float32 (:mod:`lightning_dpot.ot.precision`).
 
         An empty ``y`` (an empty Poisson batch) has no cross term; the debias term needs no real
         data and is still computed, so the gradient's debias rows are what they are with data

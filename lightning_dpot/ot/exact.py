@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from lightning_dpot.ot.costs import lp_cost
 from lightning_dpot.ot.entropic import EntropicOT
+from lightning_dpot.ot.precision import full_precision
 from lightning_dpot.ot.sinkhorn import SinkhornInfo
 
 
@@ -34,7 +35,10 @@ class ExactOT(nn.Module):
         self._warned = False
         self.last_info: SinkhornInfo | None = None
 
+    @full_precision
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        """W_p^p of ``x`` and ``y``, outside autocast in at least float32
+        (:mod:`lightning_dpot.ot.precision`)."""
         if x.shape[0] != y.shape[0] or x.shape[0] > self.max_exact_batch:
             if not self._warned:
                 warnings.warn(

@@ -13,6 +13,7 @@ load the compiled module at once.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import signal
@@ -35,15 +36,23 @@ KEOPS_MISSING = (
 
 @lru_cache(maxsize=1)
 def keops_import_error() -> str | None:
-    """``None`` when pykeops imports, else the reason it does not."""
+    """``None`` when pykeops imports, else the reason it does not.
+
+    pykeops prints its setup notices to stdout on import ("[KeOps] Warning : CUDA libraries
+    not found or could not be loaded; Switching to CPU only", "cuda was detected, but driver
+    API could not be initialized", …). They go to this module's debug log instead: stdout is
+    kept for the commands' JSON, and the backends check the device themselves
+    (:func:`keops_cuda_error`)."""
+    notices = io.StringIO()
     try:
-        # pykeops prints its CUDA notice to stdout on import: stdout is kept for the commands'
-        # JSON, so the notice goes to stderr with the other human-facing messages.
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(notices):
             import pykeops  # noqa: F401
             from pykeops.torch import generic_logsumexp  # noqa: F401
     except Exception as err:  # ImportError, or a broken build environment
         return f"{type(err).__name__}: {err}"
+    finally:
+        if notices.getvalue().strip():
+            log.debug("pykeops on import: %s", notices.getvalue().strip())
     return None
 
 

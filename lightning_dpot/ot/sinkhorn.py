@@ -110,6 +110,7 @@ from lightning_dpot.ot.newton import (
     semi_dual_potential,
     semi_dual_value,
 )
+from lightning_dpot.ot.precision import autocast_disabled, upcast
 
 Backend = Literal["auto", "tensorized", "newton", "online", "multiscale"]
 BACKENDS = ("auto", "tensorized", "newton", "online", "multiscale")
@@ -425,18 +426,25 @@ class EntropicSolver:
     ) -> list[tuple[Tensor, SinkhornInfo | None]]:
         """:meth:`__call__` on each ``(x, y)`` of ``pairs``. Where every pair takes the
         ``newton`` backend with the same sizes, the potentials come from one batched path (the
-        same work per problem, a fraction of the dispatch: DP-Sinkhorn's two solves a step)."""
-        pairs = [self._prepare(x, y) for x, y in pairs]
-        backends = [
-            self.choose_backend(x.shape[0], y.shape[0], x.shape[1], x.device, x.element_size())
-            for x, y in pairs
-        ]
-        if all(backend == "newton" for backend in backends):
-            return self._newton_solve(pairs)
-        return [
-            self._newton_solve([pair])[0] if backend == "newton" else self._dispatch(backend, *pair)
-            for backend, pair in zip(backends, pairs, strict=True)
-        ]
+        same work per problem, a fraction of the dispatch: DP-Sinkhorn's two solves a step).
+
+        Every solve runs outside ``torch.autocast`` with bfloat16 / float16 clouds upcast to
+        float32 (:mod:`lightning_dpot.ot.precision`): under ``bf16-mixed`` training the costs,
+        potentials and value keep full precision, and the gradient flows back through the cast."""
+        with autocast_disabled(*(t for pair in pairs for t in pair)):
+            pairs = [self._prepare(upcast(x), upcast(y)) for x, y in pairs]
+            backends = [
+                self.choose_backend(x.shape[0], y.shape[0], x.shape[1], x.device, x.element_size())
+                for x, y in pairs
+            ]
+            if all(backend == "newton" for backend in backends):
+                return self._newton_solve(pairs)
+            return [
+                self._newton_solve([pair])[0]
+                if backend == "newton"
+                else self._dispatch(backend, *pair)
+                for backend, pair in zip(backends, pairs, strict=True)
+            ]
 
     def _prepare(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Checks the clouds' shapes; ``y`` in ``x``'s dtype, both centred (translation-invariant

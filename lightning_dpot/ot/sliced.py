@@ -4,7 +4,10 @@ Notation (Sebag et al. 2023, §2.2 and §4). Records and particles are rows of `
 ``N_θ`` directions are the rows of ``theta ∈ R^{N_θ×d}``, each on the unit sphere S^{d-1}.
 The projection of ``x`` on ``θ_j`` is ``⟨x, θ_j⟩``; all directions are handled at once as the
 matrix ``x θᵀ ∈ R^{n×N_θ}`` (column ``j`` = the 1-D sample along ``θ_j``). Nothing here loops over
-directions in Python; every function works on any device and floating dtype.
+directions in Python; every function works on any device and floating dtype. The projections,
+the flow's drift and the DP loss leave ``torch.autocast`` and upcast bfloat16 / float16 inputs
+to float32 (:mod:`lightning_dpot.ot.precision`): under ``bf16-mixed`` training they still
+run in full precision.
 
 * Sliced Wasserstein (eq. 7): ``SW_p^p(μ, ν) = ∫_{S^{d-1}} W_p^p(θ#μ, θ#ν) dθ``, estimated with
   the given directions as ``(1/N_θ) Σ_j W_p^p(θ_j#μ, θ_j#ν)``. In 1-D,
@@ -37,6 +40,7 @@ from lightning_dpot.checks import (
     check_positive,
     check_positive_int,
 )
+from lightning_dpot.ot.precision import full_precision
 from lightning_dpot.rng import NoiseSource, standard_normal
 
 DriftEvaluation = Literal["noisy", "projection"]
@@ -95,6 +99,7 @@ def _check_matrix(name: str, x: Tensor) -> None:
         raise ValueError(f"{name} must have a floating dtype, got {x.dtype}")
 
 
+@full_precision
 def project(x: Tensor, theta: Tensor) -> Tensor:
     """Projections ``⟨x_i, θ_j⟩`` of every row of ``x`` on every direction: ``x θᵀ``.
 
@@ -317,6 +322,7 @@ def gaussian_smoothed_sliced_wasserstein(
     return wasserstein_1d_cost(x_noisy, y_noisy, p=p).mean().pow(1.0 / p)
 
 
+@full_precision
 def dp_sliced_wasserstein_loss(
     generated: Tensor,
     target_projections_noisy: Tensor,
@@ -366,6 +372,7 @@ def _ranks_as_levels(values: Tensor) -> Tensor:
     return levels
 
 
+@full_precision
 def sliced_flow_drift(
     particles: Tensor,
     target_projections_noisy: Tensor,

@@ -1,11 +1,11 @@
-"""Evaluation callbacks in a real (tiny) training run: classifier FD, utility, W₂ and their
-report.json sections; the offline Inception error path."""
+"""Evaluation callbacks in a real (tiny) training run: classifier FD, W₂ and their report.json
+sections; utility refused for an unconditional method before the first step; the offline
+Inception error path."""
 
 from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Iterator
 
 import lightning as L
@@ -40,8 +40,8 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def evaluated_run(tmp_path_factory):
-    """Two epochs of EntropicWGAN on privatized 8×8 digits with all three evaluation callbacks
-    (every epoch and at the end); returns (trainer, callbacks, caught warnings, run dir)."""
+    """Two epochs of EntropicWGAN on privatized 8×8 digits with the FD and W₂ callbacks (every
+    epoch and at the end); returns (trainer, callbacks, run dir)."""
     root = tmp_path_factory.mktemp("eval_run")
     fid = FIDEvaluation(
         feature_extractor="classifier",
@@ -50,7 +50,6 @@ def evaluated_run(tmp_path_factory):
         classifier_path=str(root / "feature_classifier.pt"),
         classifier_epochs=1,
     )
-    utility = UtilityEvaluation(num_samples=300, classifiers=("logreg",), every_n_epochs=1)
     w2 = W2Evaluation(num_samples=100, subsample=50, repeats=3, every_n_epochs=1)
     model = EntropicWGAN(
         DCGANGenerator(latent_dim=4, image_size=8, hidden_channels=4), latent_range=(0.0, 1.0)
@@ -72,17 +71,15 @@ def evaluated_run(tmp_path_factory):
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=str(root),
-        callbacks=[fid, utility, w2, RunReport()],
+        callbacks=[fid, w2, RunReport()],
     )
     torch.manual_seed(0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        trainer.fit(model, datamodule=data)
-    return trainer, (fid, utility, w2), caught, root
+    trainer.fit(model, datamodule=data)
+    return trainer, (fid, w2), root
 
 
 def test_classifier_fd_is_logged_every_epoch_and_reported_never_as_fid(evaluated_run) -> None:
-    trainer, (fid, _, _), _, root = evaluated_run
+    trainer, (fid, _), root = evaluated_run
     report = json.loads((root / "report.json").read_text())
     assert "fid" not in report and "fid" not in trainer.callback_metrics
     section = report["fd_classifier"]
@@ -97,7 +94,7 @@ def test_classifier_fd_is_logged_every_epoch_and_reported_never_as_fid(evaluated
 
 
 def test_w2_section_has_mean_and_standard_error(evaluated_run) -> None:
-    trainer, _, _, root = evaluated_run
+    trainer, _, root = evaluated_run
     section = json.loads((root / "report.json").read_text())["w2"]
     final = section["final"]
     assert final["w2"] > 0 and math.isfinite(final["w2_stderr"]) and final["w2_stderr"] >= 0
@@ -105,13 +102,21 @@ def test_w2_section_has_mean_and_standard_error(evaluated_run) -> None:
     assert float(trainer.callback_metrics["w2"]) == pytest.approx(final["w2"])
 
 
-def test_utility_skips_an_unconditional_generator_with_one_warning(evaluated_run) -> None:
-    _, (_, utility, _), caught, root = evaluated_run
-    messages = [str(w.message) for w in caught if "UtilityEvaluation skipped" in str(w.message)]
-    assert len(messages) == 1 and "unconditional generator" in messages[0]
-    section = json.loads((root / "report.json").read_text())["utility"]
-    assert "EntropicWGAN is an unconditional generator" in section["skipped"]
-    assert section["final"] is None and utility.history == []
+def test_utility_refuses_an_unconditional_method_before_the_first_step(tmp_path) -> None:
+    model = EntropicWGAN(
+        DCGANGenerator(latent_dim=4, image_size=8, hidden_channels=4), latent_range=(0.0, 1.0)
+    )
+    data = PrivatizedDataModule(
+        Digits(), noise_scale=0.5, delta=1e-4, batch_size=64, cache_dir=str(tmp_path / "cache")
+    )
+    trainer = L.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path),
+        callbacks=[UtilityEvaluation(num_samples=300, classifiers=("logreg",))],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="labelled samples of a class-conditional method; "):
+        trainer.fit(model, datamodule=data)
+    assert trainer.global_step == 0
 
 
 def test_inception_fid_without_weights_fails_at_construction_naming_the_parameter(
@@ -205,4 +210,3 @@ def test_utility_trains_on_the_labelled_samples_of_a_class_conditional_method() 
     callback = UtilityEvaluation(num_samples=200, classifiers=("logreg",))
     result = callback.compute_value(model, data, final=False)
     assert result is not None and result["mode"] == "quick" and 0.0 <= result["logreg"] <= 1.0
-    assert callback.skipped is None

@@ -1,6 +1,8 @@
-"""SampleGrid: fixed samples across epochs, PNGs in the run directory, images sent to loggers
-that can take them, and a quiet no-op for non-image records."""
+"""SampleGrid: fixed samples across epochs, PNGs in the run directory (an image grid, or a
+scatter plot of 2-D records) sent to loggers that can take them, and any other record shape
+refused before the first step."""
 
+import re
 from types import SimpleNamespace
 
 import lightning as L
@@ -8,7 +10,7 @@ import pytest
 import torch
 
 from lightning_dpot.callbacks import SampleGrid
-from lightning_dpot.data import Digits, PrivatizedDataModule
+from lightning_dpot.data import Digits, HalfCircle, PrivatizedDataModule, TensorFile
 from lightning_dpot.grids import images_to_grid
 from lightning_dpot.methods import EntropicWGAN
 from lightning_dpot.nn import DCGANGenerator, MLPGenerator
@@ -26,6 +28,13 @@ class _ImageLogger:
 
     def log_image(self, key, images, step):
         self.calls.append((key, images, step))
+
+
+def _png_shape(path):
+    """(height, width) of a PNG file."""
+    import matplotlib.image
+
+    return matplotlib.image.imread(path).shape[:2]
 
 
 def _fake_trainer(tmp_path, loggers=()):
@@ -70,9 +79,9 @@ def test_save_grid_writes_pngs_and_logs_to_image_loggers(tmp_path):
         _fake_trainer(tmp_path, [logger, object()]), _image_module(), "epoch0"
     )
     assert path == tmp_path / "samples_epoch0.png"
-    assert path.is_file() and (tmp_path / "samples.png").is_file()
-    ((key, images, step),) = logger.calls
-    assert key == "samples" and step == 7 and images[0].shape[0] == 3
+    assert path.is_file() and (tmp_path / "samples.png").read_bytes() == path.read_bytes()
+    assert _png_shape(path) == (2 * (8 + 2) + 2, 2 * (8 + 2) + 2)  # 2 × 2 grid, 2-px padding
+    assert logger.calls == [("samples", [str(path)], 7)]
 
 
 def test_fit_saves_a_grid_per_epoch_and_at_the_end(tmp_path):
@@ -94,13 +103,48 @@ def test_fit_saves_a_grid_per_epoch_and_at_the_end(tmp_path):
     assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png"]
 
 
-def test_non_image_records_warn_once_and_save_nothing(tmp_path):
+def test_fit_on_2d_records_saves_scatter_plots_of_the_same_points(tmp_path):
+    """The quickstart's kind of run (2-D points): a scatter plot per epoch, and the plotted
+    points are the fixed-seed samples."""
+    dm = PrivatizedDataModule(
+        HalfCircle(n=200, n_test=20), "laplace", epsilon=5.0, batch_size=100,
+        cache_dir=str(tmp_path / "c"),
+    )  # fmt: skip
+    callback = SampleGrid(num_samples=50, every_n_epochs=1)
+    trainer = L.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[callback],
+    )  # fmt: skip
     module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(2,), hidden=(8,)))
-    callback = SampleGrid(num_samples=4)
-    with pytest.warns(UserWarning, match="not images"):
-        assert callback.save_grid(_fake_trainer(tmp_path), module, "epoch0") is None
-    assert callback.save_grid(_fake_trainer(tmp_path), module, "epoch1") is None
-    assert not list(tmp_path.glob("*.png"))
+    trainer.fit(module, datamodule=dm)
+    names = sorted(p.name for p in tmp_path.glob("samples*.png"))
+    assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png"]
+    assert (tmp_path / "samples.png").read_bytes() == (tmp_path / "samples_epoch1.png").read_bytes()
+    height, width = _png_shape(tmp_path / "samples.png")
+    assert height > 200 and width > 200  # a 4 × 4 inch plot, not an empty file
+    assert callback.generate(module).shape == (50, 2)
+
+
+def test_other_record_shapes_are_refused_before_the_first_step(tmp_path):
+    """5-D tabular records: neither images nor points; one line naming the callback, what it
+    draws and the shape, before any step."""
+    torch.save({"x": torch.rand(64, 5) * 2 - 1}, tmp_path / "table.pt")
+    dm = PrivatizedDataModule(
+        TensorFile(str(tmp_path / "table.pt"), low=-1.0, high=1.0, test_fraction=0.25),
+        "laplace", epsilon=5.0, batch_size=16, cache_dir=str(tmp_path / "c"),
+    )  # fmt: skip
+    trainer = L.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[SampleGrid()],
+    )  # fmt: skip
+    module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(5,), hidden=(8,)))
+    expected = (
+        "SampleGrid draws image grids (records (C, H, W) with C in (1, 3)) and scatter plots "
+        "(2-D records); EntropicWGAN generates records of shape (5,)"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 0 and not list(tmp_path.glob("*.png"))
 
 
 def test_images_to_grid_maps_minus_one_one_to_zero_one():

@@ -13,8 +13,9 @@ from lightning_dpot.data.images import MNIST
 
 
 @pytest.fixture(scope="module")
-def digits(mnist_test_dir: Path) -> torch.Tensor:
-    return MNIST(idx_dir=mnist_test_dir, split="test-only", test_size=0, limit=128).load().train
+def digits(digit_idx_dir: Path) -> torch.Tensor:
+    """128 generated 28×28 digits in [−1, 1] (tests/conftest.py)."""
+    return MNIST(idx_dir=digit_idx_dir, split="test-only", test_size=0, limit=128).load().train
 
 
 def _mse(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -1,4 +1,6 @@
-"""Image sources: IDX parsing, seeded splits, padding, torchvision roots, refusals."""
+"""Image sources: IDX parsing, seeded splits, padding, torchvision roots, refusals. The reader
+and the splits are checked on generated digits (``digit_idx_dir``); the official MNIST and
+Fashion-MNIST files, where ``$DPOT_DATA_DIR`` has them (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from lightning_dpot.data.images import (
     split_indices,
 )
 
-# Official MNIST test split (../shared/data/mnist-test; see docs/image_experiments.md).
+# Official MNIST test split ($DPOT_DATA_DIR/mnist-test; see docs/image_experiments.md).
 MNIST_TEST_MD5 = {
     "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
     "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
@@ -34,6 +36,12 @@ MNIST_TEST_LABEL_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009
 def mnist_test_only(mnist_test_dir: Path):
     source = MNIST(idx_dir=mnist_test_dir, split="test-only", test_size=2000, split_seed=0)
     return source, source.load()
+
+
+@pytest.fixture(scope="module")
+def digits_test_only(digit_idx_dir: Path):
+    """The generated t10k digits (10,000) split 8,000 / 2,000 as the shipped MNIST split is."""
+    return MNIST(idx_dir=digit_idx_dir, split="test-only", test_size=2000, split_seed=0).load()
 
 
 def test_shipped_mnist_files_are_the_official_ones(mnist_test_dir: Path):
@@ -74,14 +82,14 @@ def test_mnist_test_only_split_sizes_labels_and_exact_value_range(mnist_test_onl
     assert (source.low, source.high) == (-1.0, 1.0)
 
 
-def test_mnist_declared_sensitivities_match_reshetova_2024(mnist_test_only):
-    source, _ = mnist_test_only
+def test_mnist_declared_sensitivities_match_reshetova_2024(tmp_path: Path):
+    source = MNIST(idx_dir=tmp_path, split="test-only")  # declared: no file is read
     assert source.dim == 784
     assert source.diameter(1) == pytest.approx(1568.0)  # Δ1 = 2·28²
     assert source.diameter(2) == pytest.approx(56.0)  # Δ2 = 2·28
 
 
-def test_seeded_split_is_reproducible_disjoint_and_seed_dependent(mnist_test_dir: Path):
+def test_seeded_split_is_reproducible_disjoint_and_seed_dependent():
     train_a, test_a = split_indices(10_000, 2000, split_seed=3)
     train_b, test_b = split_indices(10_000, 2000, split_seed=3)
     train_c, _ = split_indices(10_000, 2000, split_seed=4)
@@ -101,21 +109,21 @@ def _pixel_rows(images: torch.Tensor) -> list[bytes]:
 
 
 def test_seeded_mnist_split_is_reproducible_and_partitions_the_records(
-    mnist_test_dir: Path, mnist_test_only
+    digit_idx_dir: Path, digits_test_only
 ):
-    _, first = mnist_test_only
-    again = MNIST(idx_dir=mnist_test_dir, split="test-only", test_size=2000, split_seed=0).load()
+    first = digits_test_only
+    again = MNIST(idx_dir=digit_idx_dir, split="test-only", test_size=2000, split_seed=0).load()
     assert torch.equal(first.train, again.train)
     assert torch.equal(first.test_labels, again.test_labels)
-    raw = torch.from_numpy(read_idx(mnist_test_dir / "t10k-images-idx3-ubyte.gz").copy())
+    raw = torch.from_numpy(read_idx(digit_idx_dir / "t10k-images-idx3-ubyte.gz").copy())
     raw_rows = [bytes(row) for row in raw.flatten(1).numpy()]
     split_rows = _pixel_rows(first.train) + _pixel_rows(first.test)
     assert sorted(split_rows) == sorted(raw_rows)  # every record exactly once
 
 
-def test_padding_to_32_fills_the_border_with_minus_one(mnist_test_dir: Path, mnist_test_only):
-    _, plain = mnist_test_only
-    source = MNIST(idx_dir=mnist_test_dir, split="test-only", image_size=32, limit=50)
+def test_padding_to_32_fills_the_border_with_minus_one(digit_idx_dir: Path, digits_test_only):
+    plain = digits_test_only
+    source = MNIST(idx_dir=digit_idx_dir, split="test-only", image_size=32, limit=50)
     data = source.load()
     assert data.train.shape == (50, 1, 32, 32) and data.test.shape == (50, 1, 32, 32)
     assert source.sample_shape == (1, 32, 32) and source.dim == 1024
@@ -144,30 +152,34 @@ def test_scale_pixels_maps_0_and_255_exactly_to_the_bounds():
     assert x[0].item() == -1.0 and x[-1].item() == 1.0 and x.dtype == torch.float32
 
 
-def test_limit_keeps_the_first_records_of_each_split(mnist_test_dir: Path, mnist_test_only):
-    _, full = mnist_test_only
-    small = MNIST(idx_dir=mnist_test_dir, split="test-only", limit=100).load()
+def test_limit_keeps_the_first_records_of_each_split(digit_idx_dir: Path, digits_test_only):
+    full = digits_test_only
+    small = MNIST(idx_dir=digit_idx_dir, split="test-only", limit=100).load()
     assert torch.equal(small.train, full.train[:100]) and torch.equal(small.test, full.test[:100])
 
 
-def test_test_only_with_zero_test_size_has_no_test_split(mnist_test_dir: Path):
-    data = MNIST(idx_dir=mnist_test_dir, split="test-only", test_size=0, limit=10).load()
+def test_test_only_with_zero_test_size_has_no_test_split(digit_idx_dir: Path):
+    data = MNIST(idx_dir=digit_idx_dir, split="test-only", test_size=0, limit=10).load()
     assert data.test is None and data.train.shape == (10, 1, 28, 28)
 
 
-def test_official_split_on_a_test_only_folder_says_how_to_fix_it(mnist_test_dir: Path):
+def test_official_split_on_a_test_only_folder_says_how_to_fix_it(
+    digit_idx_dir: Path, tmp_path: Path
+):
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        shutil.copy(digit_idx_dir / name, tmp_path / name)  # the t10k files only
     with pytest.raises(FileNotFoundError, match="split='test-only'"):
-        MNIST(idx_dir=mnist_test_dir).load()
+        MNIST(idx_dir=tmp_path).load()
 
 
-def test_torchvision_root_reads_the_same_records(tmp_path: Path, mnist_test_dir: Path):
+def test_torchvision_root_reads_the_same_records(tmp_path: Path, digit_idx_dir: Path):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
     for name in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
-        with gzip.open(mnist_test_dir / f"{name}.gz", "rb") as src, open(raw / name, "wb") as dst:
+        with gzip.open(digit_idx_dir / f"{name}.gz", "rb") as src, open(raw / name, "wb") as dst:
             shutil.copyfileobj(src, dst)
     via_root = MNIST(root=tmp_path, split="test-only", limit=300).load()
-    via_idx = MNIST(idx_dir=mnist_test_dir, split="test-only", limit=300).load()
+    via_idx = MNIST(idx_dir=digit_idx_dir, split="test-only", limit=300).load()
     assert torch.equal(via_root.train, via_idx.train)
     assert torch.equal(via_root.test_labels, via_idx.test_labels)
 
@@ -207,22 +219,14 @@ def test_test_size_larger_than_the_data_is_refused():
         split_indices(100, 100, split_seed=0)
 
 
-def test_describe_records_the_split_parameters(mnist_test_dir: Path):
-    info = MNIST(idx_dir=mnist_test_dir, split="test-only", image_size=32).describe()
+def test_describe_records_the_split_parameters(tmp_path: Path):
+    info = MNIST(idx_dir=tmp_path, split="test-only", image_size=32).describe()
     assert info["source"] == "MNIST" and info["split"] == "test-only"
     assert info["test_size"] == 2000 and info["split_seed"] == 0 and info["image_size"] == 32
 
 
-FASHION_DIR = Path(FashionMNIST.DEBIAN_IDX_DIR)
-
-
-@pytest.mark.skipif(
-    not (FASHION_DIR / "train-images-idx3-ubyte.gz").is_file(),
-    reason=f"Fashion-MNIST not installed in {FASHION_DIR} "
-    "(apt-get install -y dataset-fashion-mnist)",
-)
-def test_fashion_mnist_reads_the_debian_package_official_split():
-    data = FashionMNIST(idx_dir=FASHION_DIR).load()
+def test_fashion_mnist_reads_the_official_split(fashion_mnist_dir: Path):
+    data = FashionMNIST(idx_dir=fashion_mnist_dir).load()
     assert data.train.shape == (60_000, 1, 28, 28) and data.test.shape == (10_000, 1, 28, 28)
     assert torch.bincount(data.train_labels).tolist() == [6000] * 10
     assert torch.bincount(data.test_labels).tolist() == [1000] * 10

@@ -139,7 +139,7 @@ def test_dataloader_counts_consumed_not_prefetched_batches_with_workers():
     next(iterator)
     next(iterator)
     assert loader.state_dict()["next_step"] == 2
-    assert loader.batch_sampler.position()[1] > 2  # the worker drew ahead
+    assert loader.sampler.position()[1] > 2  # the worker drew ahead
     del iterator
 
 
@@ -183,5 +183,5 @@ def test_bad_sampler_arguments_are_refused(kwargs, match):
 
 
 def test_dataloader_requires_a_poisson_batch_sampler():
-    with pytest.raises(TypeError, match="PoissonBatchSampler"):
-        PoissonDataLoader(TensorDataset(torch.zeros(3)), batch_sampler=[[0], [1]])
+    with pytest.raises(TypeError, match="sampler must be a PoissonBatchSampler, got list"):
+        PoissonDataLoader(TensorDataset(torch.zeros(3)), sampler=[[0], [1]])

@@ -78,7 +78,6 @@ def tiny_trainer(root: Path, callbacks: list, **kwargs) -> L.Trainer:
         "enable_checkpointing": False,
         "enable_progress_bar": False,
         "enable_model_summary": False,
-        "use_distributed_sampler": False,
         "callbacks": callbacks,
     }
     options.update(kwargs)
@@ -197,7 +196,7 @@ def test_loader_rate_different_from_the_accounted_rate_is_refused(tmp_path: Path
     class OtherRate(CentralDPDataModule):
         def train_dataloader(self):
             loader = super().train_dataloader()
-            loader.batch_sampler.sample_rate = 0.5
+            loader.sampler.sample_rate = 0.5
             return loader
 
     module = tiny_module()
@@ -223,7 +222,7 @@ def test_poisson_masks_are_secret_by_default_and_reproducible_only_with_a_seed()
         dm = CentralDPDataModule(TinyImages(200), sample_rate=0.2, steps_per_epoch=4, seed=seed)
         dm.setup("fit")
         loader = dm.train_dataloader()
-        return [list(loader.batch_sampler.batch_indices(0, s)) for s in range(4)], loader
+        return [list(loader.sampler.batch_indices(0, s)) for s in range(4)], loader
 
     secret_a, loader = masks(None)
     secret_b, _ = masks(None)
@@ -276,20 +275,18 @@ def test_two_process_cpu_ddp_accounts_the_same_epsilon_as_one_process(tmp_path: 
 # -- CLI and configs ------------------------------------------------------------------------------
 
 
-def _fast_config(config: Path, root: Path, mnist_dir: Path) -> list[str]:
-    """CLI arguments for a 2-step CPU run of ``config``: the MNIST source is swapped for the
-    shipped test split (4,000 records), Fashion-MNIST is limited to 4,000 records, the generator
-    and the generated batch are shrunk."""
+def _fast_config(config: Path, root: Path, idx_dir: Path) -> list[str]:
+    """CLI arguments for a 2-step CPU run of ``config``: the MNIST and Fashion-MNIST sources read
+    4,000 generated digits of the same format from ``idx_dir`` (tests/conftest.py), the
+    generator and the generated batch are shrunk."""
     import yaml
 
     from lightning_dpot.config import compose_config
 
     data = compose_config(config)
     source = data["data"]["init_args"]["source"]
-    if source["class_path"].endswith(".MNIST"):
-        source["init_args"] = {"idx_dir": str(mnist_dir), "split": "test-only", "limit": 4000}
-    elif source["class_path"].endswith(".FashionMNIST"):
-        source["init_args"]["limit"] = 4000
+    if source["class_path"].endswith((".MNIST", ".FashionMNIST")):
+        source["init_args"] = {"idx_dir": str(idx_dir), "split": "test-only", "limit": 4000}
     path = root / config.name
     root.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))
@@ -307,13 +304,11 @@ def _fast_config(config: Path, root: Path, mnist_dir: Path) -> list[str]:
     ]
 
 
-def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
-    tmp_path: Path, mnist_test_dir: Path
-):
+def test_end_to_end_fit_through_the_cli_on_mnist_format_digits(tmp_path: Path, digit_idx_dir: Path):
     from lightning_dpot.cli import main
 
     config = Path(__file__).resolve().parents[2] / "configs/dp_sinkhorn/mnist_table1_eps10.yaml"
-    main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
+    main(["fit", *_fast_config(config, tmp_path, digit_idx_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["method"] == "DPSinkhorn"
     assert report["privacy"]["releases"] == 2
@@ -329,7 +324,7 @@ def test_end_to_end_fit_through_the_cli_on_the_shipped_mnist_split(
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_dp_sinkhorn_config_parses_and_runs_two_steps(
-    config: Path, tmp_path: Path, mnist_test_dir: Path, capsys
+    config: Path, tmp_path: Path, digit_idx_dir: Path, capsys
 ):
     from lightning_dpot.cli import main
     from lightning_dpot.config import compose_config
@@ -341,9 +336,7 @@ def test_every_dp_sinkhorn_config_parses_and_runs_two_steps(
     composed = str(compose_config(config))  # with its __base__ fragments
     if "CelebA" in composed:
         pytest.skip("CelebA is not shipped (needs data/celeba); config parsed only")
-    if "fashion-mnist" in composed and not Path("/usr/share/datasets/fashion-mnist").is_dir():
-        pytest.skip("Fashion-MNIST not found at /usr/share/datasets/fashion-mnist")
-    main(["fit", *_fast_config(config, tmp_path, mnist_test_dir)])
+    main(["fit", *_fast_config(config, tmp_path, digit_idx_dir)])
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["global_step"] == 2
 

@@ -32,7 +32,6 @@ from lightning_dpot.rng import seeded_generator
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "dpswflow"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
 def _toy(
@@ -296,8 +295,9 @@ def test_toy_config_runs_via_cli_and_sigma0_flow_approaches_target(tmp_path):
 # -- the split ---------------------------------------------------------------------------------
 
 
-def _shrink(config: dict, tmp_path: Path, mnist_dir: str, ae_dir: Path) -> dict:
-    """Tiny data, two steps, no logger, all paths in tmp_path."""
+def _shrink(config: dict, tmp_path: Path, idx_dir: str, ae_dir: Path) -> dict:
+    """Tiny data (MNIST and Fashion-MNIST read from the generated digits in ``idx_dir``), two
+    steps, no logger, all paths in tmp_path."""
     trainer = config["trainer"]
     trainer.pop("max_epochs", None)
     trainer.update(
@@ -311,10 +311,8 @@ def _shrink(config: dict, tmp_path: Path, mnist_dir: str, ae_dir: Path) -> dict:
     data = config["data"]["init_args"]
     source = data["source"]
     cls = source["class_path"].rsplit(".", 1)[-1]
-    if cls == "MNIST":
-        source["init_args"].update(idx_dir=mnist_dir, limit=80)
-    elif cls == "FashionMNIST":
-        source["init_args"].update(limit=80)
+    if cls in ("MNIST", "FashionMNIST"):
+        source["init_args"].update(idx_dir=idx_dir, limit=80)
     elif cls == "GaussianMixture2D":
         source["init_args"] = {"n": 200, "n_test": 20}
     if "split_file" in data:
@@ -333,8 +331,8 @@ def _shrink(config: dict, tmp_path: Path, mnist_dir: str, ae_dir: Path) -> dict:
     return config
 
 
-def _train_tiny_autoencoder(config_path: Path, tmp_path: Path, mnist_dir: str, ae_dir: Path):
-    config = _shrink(compose_config(config_path), tmp_path, mnist_dir, ae_dir)
+def _train_tiny_autoencoder(config_path: Path, tmp_path: Path, idx_dir: str, ae_dir: Path):
+    config = _shrink(compose_config(config_path), tmp_path, idx_dir, ae_dir)
     cls = config["data"]["init_args"]["source"]["class_path"].rsplit(".", 1)[-1]
     config["trainer"]["enable_checkpointing"] = True
     path = tmp_path / "ae.yaml"
@@ -345,13 +343,11 @@ def _train_tiny_autoencoder(config_path: Path, tmp_path: Path, mnist_dir: str, a
 
 
 @pytest.fixture(scope="module")
-def tiny_autoencoders(tmp_path_factory, mnist_test_dir):
+def tiny_autoencoders(tmp_path_factory, digit_idx_dir):
     ae_dir = tmp_path_factory.mktemp("ae")
     for name in ("mnist_autoencoder.yaml", "fashion_mnist_autoencoder.yaml"):
-        if "fashion" in name and not (FASHION_DIR / "train-images-idx3-ubyte.gz").is_file():
-            continue
         _train_tiny_autoencoder(
-            CONFIG_DIR / name, tmp_path_factory.mktemp("stage1"), str(mnist_test_dir), ae_dir
+            CONFIG_DIR / name, tmp_path_factory.mktemp("stage1"), str(digit_idx_dir), ae_dir
         )
     return ae_dir
 
@@ -373,9 +369,9 @@ def _latent_dm(ae_dir: Path, mnist_dir: str, **kw) -> PrivateLatentDataModule:
 
 
 def test_private_latents_are_on_the_unit_sphere_and_disjoint_from_public(
-    tiny_autoencoders, mnist_test_dir
+    tiny_autoencoders, digit_idx_dir
 ):
-    dm = _latent_dm(tiny_autoencoders, str(mnist_test_dir))
+    dm = _latent_dm(tiny_autoencoders, str(digit_idx_dir))
     dm.setup("fit")
     norms = dm.private_records().norm(dim=1)
     torch.testing.assert_close(norms, torch.ones_like(norms))
@@ -386,17 +382,17 @@ def test_private_latents_are_on_the_unit_sphere_and_disjoint_from_public(
 @pytest.mark.parametrize(
     "change", [{"split_seed": 1}, {"public_fraction": 0.25}], ids=["seed", "fraction"]
 )
-def test_split_check_refuses_a_mismatched_split(tiny_autoencoders, mnist_test_dir, change):
-    dm = _latent_dm(tiny_autoencoders, str(mnist_test_dir), split_file=None, **change)
+def test_split_check_refuses_a_mismatched_split(tiny_autoencoders, digit_idx_dir, change):
+    dm = _latent_dm(tiny_autoencoders, str(digit_idx_dir), split_file=None, **change)
     with pytest.raises(SplitMismatchError, match="differs from"):
         dm.setup("fit")
 
 
-def test_split_check_refuses_different_records(tiny_autoencoders, mnist_test_dir):
+def test_split_check_refuses_different_records(tiny_autoencoders, digit_idx_dir):
     from lightning_dpot.data import MNIST
 
-    dm = _latent_dm(tiny_autoencoders, str(mnist_test_dir), split_file=None)
-    dm.source = MNIST(idx_dir=str(mnist_test_dir), split="test-only", test_size=2000,
+    dm = _latent_dm(tiny_autoencoders, str(digit_idx_dir), split_file=None)
+    dm.source = MNIST(idx_dir=str(digit_idx_dir), split="test-only", test_size=2000,
                       image_size=32, limit=80, split_seed=3)  # fmt: skip
     with pytest.raises(SplitMismatchError, match="data_hash"):
         dm.setup("fit")
@@ -404,7 +400,7 @@ def test_split_check_refuses_different_records(tiny_autoencoders, mnist_test_dir
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_config_parses_and_runs_two_steps_on_tiny_data(
-    config: Path, tmp_path, request, mnist_test_dir
+    config: Path, tmp_path, request, digit_idx_dir
 ):
     loaded = compose_config(config)
     assert config.read_text().startswith("# Sebag et al. 2023"), "each config cites the paper first"
@@ -415,15 +411,13 @@ def test_config_parses_and_runs_two_steps_on_tiny_data(
         cli = run_lightning(["--config", str(config), "--trainer.logger=false"], run=False)
         assert cli.model is not None and cli.datamodule is not None
         pytest.skip("CelebA is not available here: parsed and instantiated only, not run")
-    if cls == "FashionMNIST" and not (FASHION_DIR / "train-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"Fashion-MNIST not installed in {FASHION_DIR}")
     ae_dir = tmp_path / "ae"
     ae_dir.mkdir()
     if "autoencoder_checkpoint" in loaded["data"]["init_args"]:
         ae_src = request.getfixturevalue("tiny_autoencoders")
         for f in ae_src.iterdir():
             (ae_dir / f.name).write_bytes(f.read_bytes())
-    shrunk = _shrink(loaded, tmp_path / "run", str(mnist_test_dir), ae_dir)
+    shrunk = _shrink(loaded, tmp_path / "run", str(digit_idx_dir), ae_dir)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(shrunk))
     main(["fit", "--config", str(path)])

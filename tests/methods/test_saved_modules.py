@@ -79,7 +79,6 @@ def _trainer(root: Path, steps: int = 2, callbacks: tuple = ()) -> L.Trainer:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        use_distributed_sampler=False,
         default_root_dir=str(root),
         callbacks=list(callbacks),
     )

@@ -1,4 +1,5 @@
-"""MNIST test split as tensors for the metric tests (a private IDX reader: magic, dims, uint8)."""
+"""Image tensors for the metric tests, the MNIST test split or generated digits (a private IDX
+reader: magic, dims, uint8)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,24 @@ def _read_idx_gz(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
-@pytest.fixture(scope="session")
-def mnist_test_tensors(mnist_test_dir: Path) -> tuple[Tensor, Tensor]:
+def _t10k_tensors(folder: Path) -> tuple[Tensor, Tensor]:
     """``(10000, 1, 28, 28)`` float32 images in [−1, 1] and ``(10000,)`` int64 labels."""
-    images = _read_idx_gz(mnist_test_dir / "t10k-images-idx3-ubyte.gz")
-    labels = _read_idx_gz(mnist_test_dir / "t10k-labels-idx1-ubyte.gz")
+    images = _read_idx_gz(folder / "t10k-images-idx3-ubyte.gz")
+    labels = _read_idx_gz(folder / "t10k-labels-idx1-ubyte.gz")
     x = torch.from_numpy(images.astype(np.float32) / 127.5 - 1.0).unsqueeze(1)
     return x, torch.from_numpy(labels.astype(np.int64))
+
+
+@pytest.fixture(scope="session")
+def mnist_test_tensors(mnist_test_dir: Path) -> tuple[Tensor, Tensor]:
+    """The official MNIST test split (tests that need real MNIST)."""
+    return _t10k_tensors(mnist_test_dir)
+
+
+@pytest.fixture(scope="session")
+def digit_tensors(digit_idx_dir: Path) -> tuple[Tensor, Tensor]:
+    """10,000 generated digits (tests that need images, not MNIST itself)."""
+    return _t10k_tensors(digit_idx_dir)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import Tensor
+from torchmetrics.image.fid import FrechetInceptionDistance
 
 from lightning_dpot.metrics.fid import (
     INCEPTION_WEIGHTS_FILENAME,
@@ -22,11 +23,11 @@ from lightning_dpot.metrics.fid import (
 
 
 @pytest.fixture(scope="module")
-def classifier_file(tmp_path_factory: pytest.TempPathFactory, mnist_test_tensors) -> Path:
-    """Feature classifier trained on demand (1,000 real images, ≤ 2 epochs) and cached."""
-    images, labels = mnist_test_tensors
+def classifier_file(tmp_path_factory: pytest.TempPathFactory, digit_tensors) -> Path:
+    """Feature classifier trained on demand (3,000 generated digits, ≤ 2 epochs) and cached."""
+    images, labels = digit_tensors
     path = tmp_path_factory.mktemp("fd") / "feature_classifier.pt"
-    load_or_train_feature_classifier(path, images[:1000], labels[:1000], epochs=2, seed=0)
+    load_or_train_feature_classifier(path, images[:3000], labels[:3000], epochs=2, seed=0)
     return path
 
 
@@ -46,9 +47,9 @@ def test_frechet_distance_of_known_gaussians() -> None:
 
 
 def test_classifier_fd_of_a_set_with_itself_is_zero_and_grows_with_noise(
-    classifier_file: Path, mnist_test_tensors
+    classifier_file: Path, digit_tensors
 ) -> None:
-    images = mnist_test_tensors[0]
+    images = digit_tensors[0]
     real, other_real = images[2000:2500], images[3000:3500]
     noise = torch.randn(real.shape, generator=torch.Generator().manual_seed(0))
     metric = ClassifierFrechetDistance.from_classifier_file(classifier_file)
@@ -65,10 +66,39 @@ def test_classifier_fd_of_a_set_with_itself_is_zero_and_grows_with_noise(
     assert fd_to(other_real) < noisy[2]
 
 
-def test_classifier_fd_keeps_real_statistics_across_reset(
-    classifier_file: Path, mnist_test_tensors
+def test_classifier_fd_is_torchmetrics_fid_on_the_classifier_features(
+    classifier_file: Path, digit_tensors
 ) -> None:
-    images = mnist_test_tensors[0]
+    """torchmetrics' FrechetInceptionDistance with ``feature=`` the classifier's features: its
+    value is the Fréchet distance between Gaussian fits of those features, fitted here by hand."""
+    images = digit_tensors[0]
+    real, fake = images[:300], (images[300:500] + 0.2).clamp(-1, 1)
+    metric = ClassifierFrechetDistance.from_classifier_file(classifier_file)
+    assert isinstance(metric, FrechetInceptionDistance)
+    metric.update(real[:1], real=True)
+    metric.update(fake, real=False)
+    with pytest.raises(
+        RuntimeError, match="at least 2 real and 2 generated samples, got 1 and 200"
+    ):
+        metric.compute()
+    metric.update(real[1:], real=True)
+    with torch.no_grad():
+        real_features, fake_features = (metric.feature_extractor(x).double() for x in (real, fake))
+    expected = frechet_distance(
+        real_features.mean(0),
+        torch.cov(real_features.T),
+        fake_features.mean(0),
+        torch.cov(fake_features.T),
+    )
+    value = metric.compute()
+    assert value.dtype == torch.float32
+    assert float(value) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_classifier_fd_keeps_real_statistics_across_reset(
+    classifier_file: Path, digit_tensors
+) -> None:
+    images = digit_tensors[0]
     metric = ClassifierFrechetDistance.from_classifier_file(classifier_file)
     metric.update(images[:500], real=True)
     metric.update(images[500:800], real=False)
@@ -95,9 +125,9 @@ def test_classifier_fd_feature_net_stays_in_eval_mode(classifier_file: Path) -> 
 
 
 def test_feature_classifier_is_cached_and_reloaded(
-    classifier_file: Path, mnist_test_tensors, tmp_path: Path
+    classifier_file: Path, digit_tensors, tmp_path: Path
 ) -> None:
-    images, labels = mnist_test_tensors
+    images, labels = digit_tensors
     first = load_or_train_feature_classifier(classifier_file)
     second = load_or_train_feature_classifier(classifier_file)
     batch = images[5000:5100]
@@ -130,9 +160,9 @@ def _ddp_worker(
 
 
 def test_classifier_fd_under_two_process_cpu_ddp_equals_single_process(
-    classifier_file: Path, mnist_test_tensors, tmp_path: Path
+    classifier_file: Path, digit_tensors, tmp_path: Path
 ) -> None:
-    images = mnist_test_tensors[0]
+    images = digit_tensors[0]
     real = images[6000:6400]
     noise = torch.randn(real.shape, generator=torch.Generator().manual_seed(1))
     fake = (images[7000:7300] + 0.3 * noise[:300]).clamp(-1, 1)

@@ -45,10 +45,10 @@ def test_mlp_and_cnn_in_a_quick_mode_learn_real_mnist(mnist_split) -> None:
     assert result["mlp"] > 0.75 and result["cnn"] > 0.75  # chance is 0.1
 
 
-def test_unconditional_generator_is_refused_with_a_skip_message(mnist_split) -> None:
-    x_train, _, x_test, y_test = mnist_split
+def test_unconditional_generator_is_refused_with_a_skip_message(digit_tensors) -> None:
+    images, labels = digit_tensors
     with pytest.raises(UnlabelledSamplesError, match="unconditional.*skipped"):
-        downstream_utility(x_train, None, x_test, y_test)
+        downstream_utility(images[:100], None, images[100:200], labels[100:200])
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,7 @@ def test_paper_settings_reach_epsilon_about_one_not_ten():
 
 
 def test_rdp_curve_matches_independent_formula_at_integer_orders():
-    # pins dp-accounting's private _compute_rdp_poisson_subsampled_gaussian
+    # pins the curve dp-accounting's RdpAccountant gives the step's PoissonSampledDpEvent
     curve = poisson_gaussian_rdp(1.5, MNIST_Q)
     for index, alpha in enumerate(DEFAULT_RDP_ORDERS):
         if alpha.is_integer() and alpha <= 256:
@@ -220,8 +220,8 @@ def test_accountant_equals_pure_function_on_a_mixed_history(name):
 
 @pytest.mark.parametrize("name", ["rdp", "pld"])
 def test_epsilon_of_history_is_dp_accountings_public_accountant(name):
-    """Pins the private dp-accounting functions composed here (Poisson) against its public
-    RdpAccountant / PLDAccountant on a mixed history."""
+    """Pins the cached one-step analyses composed here (Poisson) against dp-accounting's
+    RdpAccountant / PLDAccountant composing the whole mixed history."""
     import dp_accounting
 
     runs = [(1.5, MNIST_Q, 500), (2.0, 0.01, 20), (1.5, MNIST_Q, 1)]
@@ -477,7 +477,7 @@ def test_swor_accountant_records_the_scheme_and_refuses_mixing_and_pld():
 
 
 def test_swor_curve_is_dp_accountings_replace_one_accountant_where_not_capped():
-    """Pins the private dp-accounting function against its public RdpAccountant path."""
+    """Pins the capped curve against dp-accounting's RdpAccountant where the cap is inactive."""
     import dp_accounting
 
     n, b, z, steps, delta = 4000, 250, 1.3, 300, 1e-5

@@ -101,3 +101,39 @@ def test_the_calibrated_sigma_is_on_the_safe_side_of_the_round_trip(delta):
             sigma = gaussian_sigma(epsilon, delta, sensitivity)
             assert gaussian_epsilon(sigma, delta, sensitivity) <= epsilon
             assert gaussian_epsilon(sigma, delta, sensitivity) == pytest.approx(epsilon, rel=1e-6)
+
+
+@pytest.mark.parametrize("delta", [1e-9, 1e-5, 1e-4])
+def test_analytic_calibration_agrees_with_dp_accountings_gaussian_mechanism(delta):
+    """dp-accounting's public get_sigma_gaussian / get_epsilon_gaussian (Δ = 1) and
+    GaussianPrivacyLoss; measured agreement of the roots 3e-13 (σ, ε) and of δ 2e-10 (far
+    tails). The calibrated σ sits 1e-9 above its root, on the safe side."""
+    import dp_accounting
+    from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
+
+    for epsilon in (0.01, 0.5, 3.3, 50.0):
+        for sensitivity in (0.5, 40.0):
+            sigma = gaussian_sigma(epsilon, delta, sensitivity)
+            unit = dp_accounting.get_sigma_gaussian(epsilon, delta, tol=1e-14)
+            assert sigma == pytest.approx(unit * sensitivity, rel=2e-9)
+            spent = dp_accounting.get_epsilon_gaussian(sigma / sensitivity, delta, tol=1e-14)
+            assert gaussian_epsilon(sigma, delta, sensitivity) == pytest.approx(spent, rel=1e-10)
+            for at in (0.0, 0.5, 3.0):
+                loss = GaussianPrivacyLoss(sigma, sensitivity=sensitivity)
+                assert analytic_gaussian_delta(sigma, at, sensitivity) == pytest.approx(
+                    loss.get_delta_for_epsilon(at), rel=1e-9, abs=1e-300
+                )
+
+
+def test_dpot_account_calibrate_starts_without_importing_dp_accounting():
+    """Why the analytic calibration is computed here rather than by dp-accounting: importing it
+    (scipy.stats, scipy.signal) would take ``dpot account calibrate`` past its start-up budget."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from lightning_dpot.commands.account import main; "
+        "main(['calibrate', '--mechanism', 'gaussian', '--epsilon', '1', '--delta', '1e-5', "
+        "'--sensitivity', '2']); assert 'dp_accounting' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)

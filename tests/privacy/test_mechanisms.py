@@ -104,3 +104,22 @@ def test_in_place_noise_is_bit_identical_to_the_textbook_formula(name):
     else:
         expected = torch.randn(shape, generator=g, dtype=torch.float64) * mech.noise_scale
     assert torch.equal(ours, expected.to(torch.float32))
+
+
+def test_local_release_is_float32_and_unchanged_inside_a_bf16_autocast_region():
+    """The DCT, the ℓ1 projection and the noise of the local randomizer run in float32 with
+    autocast off: a bfloat16 transform could leave a record outside the radius that the
+    sensitivity assumes."""
+    from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
+    from lightning_dpot.privacy.mechanisms.transforms import DCT2D
+
+    transform = DCT2D((1, 8, 8), keep=4)
+    randomizer = LocalRandomizer.build(
+        "laplace", transform, -1.0, 1.0, 2.0 * 64, 2.0 * 8, epsilon=5.0, l1_radius=10.0
+    )
+    x = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    expected = randomizer(x, torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        released = randomizer(x, torch.Generator().manual_seed(1))
+    assert released.dtype == torch.float32
+    torch.testing.assert_close(released, expected, rtol=0, atol=0)

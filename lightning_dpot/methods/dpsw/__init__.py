@@ -56,8 +56,8 @@ DPSWFlow release is drawn on rank 0 and broadcast. The per-step batch of DPSWFlo
 the same ``b`` indices on every rank (seeded by ``(seed, step)``); rank ``r`` releases the rows
 ``r, r + W, ...`` of it (disjoint shards, each record's row is noised once) and the rows are
 all-gathered (post-processing), so every rank flows toward the same released batch of ``b`` rows.
-Checkpoints gather all shards. Use ``Trainer(use_distributed_sampler=False)``: Lightning's
-distributed sampler would split the step loaders.
+Checkpoints gather all shards. The step loaders yield every step on every rank
+(:mod:`lightning_dpot.data.replicated`), whatever ``use_distributed_sampler``.
 
 **Saved modules.** ``torch.save(model)`` or ``pickle`` (after fit or from a callback mid-run)
 keeps the particles or generator, the cached release and the public stage-1 autoencoder, so a

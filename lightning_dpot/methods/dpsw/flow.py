@@ -29,6 +29,7 @@ from lightning_dpot.methods.dpsw.release import (
     BatchReleases,
     SlicedReleaseModule,
 )
+from lightning_dpot.nn.samplers import LatentDecoder, ParticleSampler, Reshape
 from lightning_dpot.ot.sliced import (
     random_directions,
     sliced_flow_step,
@@ -134,15 +135,20 @@ class _ParticleFlow(SlicedReleaseModule):
         )
 
     # -- checkpoints (particles of all ranks) ----------------------------------------------------
-    @override
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    def all_particles(self) -> Tensor:
+        """The particles of every rank, in rank order, on the CPU (a collective under DDP:
+        every rank must call it)."""
         _, world = rank_world()
         particles = self.particles
         if world > 1:
             parts = [torch.zeros_like(particles) for _ in range(world)]
             torch.distributed.all_gather(parts, particles.contiguous())
             particles = torch.cat(parts)
-        checkpoint["dpsw_particles"] = particles.detach().cpu()
+        return particles.detach().cpu()
+
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["dpsw_particles"] = self.all_particles()
         checkpoint["dpsw_release"] = self.release.state_dict()
 
     @override
@@ -195,6 +201,18 @@ class _ParticleFlow(SlicedReleaseModule):
 
     def _more_samples_note(self) -> str:
         raise NotImplementedError
+
+    def standalone_sampler(self) -> ParticleSampler:
+        """The particles of every rank (:meth:`all_particles`, a collective under DDP) with the
+        public decoder, for :func:`~lightning_dpot.export.export_generator`. Particles are
+        post-processing of the releases; neither the release cache nor any private latent goes
+        in."""
+        particles = self.all_particles()
+        autoencoder = None if self.decoder is None else self.decoder.autoencoder
+        if autoencoder is not None:
+            return ParticleSampler(particles, LatentDecoder(autoencoder))
+        shape = particles.shape[1:] if self.decoder is None else self.decoder.record_shape
+        return ParticleSampler(particles, Reshape(shape))
 
     @override
     def on_fit_end(self) -> None:

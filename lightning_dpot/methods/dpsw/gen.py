@@ -20,6 +20,7 @@ from lightning_dpot.methods.dpsw.release import (
     BatchReleases,
     SlicedReleaseModule,
 )
+from lightning_dpot.nn.samplers import GeneratorSampler
 from lightning_dpot.ot.sliced import (
     dp_sliced_wasserstein_loss,
 )
@@ -141,6 +142,11 @@ class DPSWGen(SlicedReleaseModule):
         finally:
             self.train(was_training)
         return torch.cat(out) if out else torch.empty(0)
+
+    def standalone_sampler(self) -> GeneratorSampler:
+        """G(u), u ~ N(0, I), for :func:`~lightning_dpot.export.export_generator` (a copy of
+        the generator only: no release, no autoencoder)."""
+        return GeneratorSampler(self.generator, self.generator.latent_dim, "normal")
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

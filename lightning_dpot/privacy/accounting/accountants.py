@@ -5,8 +5,11 @@ objects only keep the bookkeeping: a history of runs ``(noise_multiplier, sample
 num_steps)`` of one sampling scheme, saved in checkpoints. Every ε they report is
 :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history` of that history (the
 mathematics, the adjacency relations and the references are in
-:mod:`lightning_dpot.privacy.accounting.analysis`); each accountant keeps the one-step analysis of
-every distinct (σ, q) in a cache of its own, so ε after any number of steps is cheap.
+:mod:`lightning_dpot.privacy.accounting.analysis`): dp-accounting's public ``RdpAccountant`` /
+privacy loss distributions applied to the history's ``DpEvent``\ s
+(:mod:`~lightning_dpot.privacy.accounting.analysis.dp_events`). Each accountant keeps the
+one-step analysis of every distinct (σ, q) in a cache of its own, so ε after any number of steps
+is cheap.
 
 * :class:`RDPAccountant`: Rényi DP (Mironov, Talwar, Zhang 2019 for Poisson sampling; Wang,
   Balle, Kasiviswanathan 2019 for sampling without replacement), converted by Canonne, Kamath,
@@ -217,9 +220,9 @@ class RDPAccountant(PrivacyAccountant):
     """Rényi-DP accountant (:mod:`lightning_dpot.privacy.accounting.analysis`: the SGM's RDP, or the
     subsampled Gaussian without replacement's when ``sampling="without_replacement"``).
 
-    The one-step RDP curve of each distinct (σ, q) is computed once and cached on the instance,
-    so ε after any number of steps costs one conversion (~0.2 ms), cheap enough to log every
-    training step.
+    The one-step RDP curve of each distinct (σ, q) (dp-accounting's ``RdpAccountant`` on the
+    step's ``DpEvent``, 20-700 ms) is computed once and cached on the instance, so ε after any
+    number of steps costs one conversion (~0.2 ms), cheap enough to log every training step.
     """
 
     name = "rdp"

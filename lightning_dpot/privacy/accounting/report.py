@@ -145,3 +145,23 @@ def write_privacy_report(path: Path, report: dict[str, Any]) -> None:
     """Write ``report`` as indented, key-sorted JSON to ``path`` (parents created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True, default=str))
+
+
+#: Report keys that describe this machine rather than the guarantee: the privacy ledger (its
+#: total over every release of the same records is a function of which records other releases
+#: held, without noise) and the release journal. They stay in the run directory.
+LOCAL_KEYS = ("ledger", "journal")
+LOCAL_PATH = "<local path>"
+
+
+def shareable_report(report: Any) -> Any:
+    """``report`` (a privacy report, or a run's ``report.json``, at any depth) as it may leave
+    the machine — embedded in an exported generator or uploaded as an artifact: without the
+    :data:`LOCAL_KEYS` and with every absolute path replaced by :data:`LOCAL_PATH`."""
+    if isinstance(report, dict):
+        return {k: shareable_report(v) for k, v in report.items() if k not in LOCAL_KEYS}
+    if isinstance(report, list):
+        return [shareable_report(v) for v in report]
+    if isinstance(report, str) and (report.startswith(("/", "~")) or Path(report).is_absolute()):
+        return LOCAL_PATH
+    return report

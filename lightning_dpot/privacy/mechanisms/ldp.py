@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from lightning_dpot.checks import check_records
@@ -71,14 +72,19 @@ class LocalRandomizer:
         check_records(x, self.low, self.high, "data")
 
     def __call__(self, x: Tensor, generator: NoiseSource) -> Tensor:
-        """Privatize every record once: ``(n, *sample_shape) → (n, m)``."""
+        """Privatize every record once: ``(n, *sample_shape) → (n, m)``, float32.
+
+        Transform, projection and noise run in float32 with autocast off, whatever the
+        caller's precision (a bfloat16 DCT or projection could leave a record outside the
+        radius its sensitivity assumes, and a bfloat16 noise draw is coarse)."""
         self.check_records(x)
-        v = self.transform.forward(x.float())
-        if self.l1_radius is not None:
-            v = project_l1_ball(v, self.l1_radius)
-        if self.l2_radius is not None:
-            v = project_l2_ball(v, self.l2_radius)
-        return v + self.mechanism.sample_noise(tuple(v.shape), generator)
+        with torch.autocast(x.device.type, enabled=False):
+            v = self.transform.forward(x.float())
+            if self.l1_radius is not None:
+                v = project_l1_ball(v, self.l1_radius)
+            if self.l2_radius is not None:
+                v = project_l2_ball(v, self.l2_radius)
+            return v + self.mechanism.sample_noise(tuple(v.shape), generator)
 
     def describe(self) -> dict:
         return {

@@ -26,6 +26,9 @@ Layout
 ------
 * :mod:`~lightning_dpot.privacy.accounting.analysis.schemes`: the schemes, their adjacency,
   histories of runs ``(noise_multiplier, sample_rate, num_steps)`` and the default settings;
+* :mod:`~lightning_dpot.privacy.accounting.analysis.dp_events`: a step and a history as
+  dp-accounting ``DpEvent``\ s, their neighbouring relation, and the RDP curve its
+  ``RdpAccountant`` gives an event;
 * :mod:`~lightning_dpot.privacy.accounting.analysis.rdp_poisson`,
   :mod:`~lightning_dpot.privacy.accounting.analysis.rdp_swor`: the one-step RDP curve of each
   scheme;
@@ -37,6 +40,6 @@ Layout
   steps, δ) to ε, :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history`;
   the accountants and the calibrations call it.
 
-All numbers are upper bounds on the true ε computed by Google's ``dp-accounting`` library; this
-package chooses its settings and wraps it.
+All numbers are upper bounds on the true ε computed by Google's ``dp-accounting`` library,
+through its public API only; this package chooses its settings and wraps it.
 """

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Sequence
 
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
-from dp_accounting.rdp import compute_epsilon as _dpa_rdp_compute_epsilon
+from dp_accounting.rdp import compute_epsilon
 
 from lightning_dpot.checks import check_delta
 from lightning_dpot.privacy.accounting.analysis.schemes import DEFAULT_RDP_ORDERS, check_orders
@@ -54,7 +54,7 @@ def rdp_to_epsilon(
         raise ValueError(f"rdp has {len(rdp)} entries but there are {len(orders)} orders")
     if all(r == 0 for r in rdp):
         return 0.0
-    epsilon, best = _dpa_rdp_compute_epsilon(orders, rdp, delta)
+    epsilon, best = compute_epsilon(orders, rdp, delta)
     if math.isfinite(epsilon) and best in (min(orders), max(orders)):
         # As Opacus does: at the edge of the grid the minimum may lie outside it, so the
         # reported ε (still a valid upper bound) may be loose.

@@ -1,8 +1,11 @@
 r"""The one path from (scheme, q, σ, steps, δ) to ε: :func:`epsilon_of_history`.
 
 A history is a list of runs ``(noise_multiplier, sample_rate, num_steps)`` of one sampling
-scheme (:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`). Under each accountant the
-one-step analysis of the scheme is composed over the runs and converted:
+scheme (:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`), the dp-accounting event
+:func:`~lightning_dpot.privacy.accounting.analysis.dp_events.history_event`. Under each
+accountant dp-accounting's one-step analysis of the scheme's ``DpEvent`` is composed over the
+runs and converted, as its ``RdpAccountant`` / ``PLDAccountant`` compose the history's event (the
+tests pin the two equal), with the one-step analyses kept in a ``cache``:
 
 * ``"rdp"``: :math:`\varepsilon = \mathrm{conv}_\delta\big(\sum_{\text{runs}} T_i\,
   \rho_\alpha(\sigma_i, q_i)\big)`, with the one-step curve :math:`\rho_\alpha` of the scheme
@@ -13,10 +16,12 @@ one-step analysis of the scheme is composed over the runs and converted:
   \mathrm{PLD}(\sigma_i, q_i)^{\otimes T_i}` (:data:`PLDS`: Poisson only;
   :func:`~lightning_dpot.privacy.accounting.analysis.conversions.pld_to_epsilon`).
 
-Every ε in the package goes through :func:`epsilon_of_history`: the stateful accountants
-(:mod:`lightning_dpot.privacy.accounting.accountants`, which keep the one-step analyses in a
-``cache``), the searches of :mod:`lightning_dpot.privacy.accounting.calibration` and
-:func:`subsampled_gaussian_epsilon`.
+Every ε of a subsampled Gaussian history in the package goes through :func:`epsilon_of_history`:
+the stateful accountants (:mod:`lightning_dpot.privacy.accounting.accountants`, which keep the
+one-step analyses in a ``cache``), the step search of
+:mod:`lightning_dpot.privacy.accounting.calibration` and :func:`subsampled_gaussian_epsilon`.
+The σ search there is dp-accounting's ``calibrate_dp_mechanism`` on the same events and
+accountant settings.
 """
 
 from __future__ import annotations

@@ -19,13 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from dp_accounting.rdp import rdp_privacy_accountant as _dpa_rdp_module
 
-from lightning_dpot.privacy.accounting.analysis.schemes import (
-    DEFAULT_RDP_ORDERS,
-    check_orders,
-    check_run,
-)
+from lightning_dpot.privacy.accounting.analysis.dp_events import rdp_of_event, step_event
+from lightning_dpot.privacy.accounting.analysis.schemes import DEFAULT_RDP_ORDERS, POISSON
 
 
 def poisson_gaussian_rdp(
@@ -35,14 +31,10 @@ def poisson_gaussian_rdp(
 ) -> np.ndarray:
     r"""RDP curve :math:`\alpha \mapsto \rho_\alpha` of ONE step of the SGM (module docstring).
 
-    Evaluated by dp-accounting's ``_compute_rdp_poisson_subsampled_gaussian``, the function its
-    ``RdpAccountant`` calls for a ``PoissonSampledDpEvent`` of a ``GaussianDpEvent``. It is a
-    private name of that library, so the test-suite pins it against the public accountant and
-    against the formula above. Entries may be ``inf`` where the series does not converge; those
-    orders are ignored by
+    dp-accounting's ``RdpAccountant`` composing ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))``
+    under add/remove-one (:func:`~lightning_dpot.privacy.accounting.analysis.dp_events.
+    rdp_of_event`); the tests pin it against the formula above. Entries may be ``inf`` where the
+    series does not converge; those orders are ignored by
     :func:`~lightning_dpot.privacy.accounting.analysis.conversions.rdp_to_epsilon`.
     """
-    sigma, q, _ = check_run(noise_multiplier, sample_rate, 1)
-    orders = check_orders(orders)
-    rdp = _dpa_rdp_module._compute_rdp_poisson_subsampled_gaussian(q, sigma, orders)
-    return np.asarray(rdp, dtype=np.float64)
+    return rdp_of_event(step_event(noise_multiplier, sample_rate, POISSON), POISSON, orders)

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import dp_accounting
 import numpy as np
-from dp_accounting.rdp import rdp_privacy_accountant as _dpa_rdp_module
 
+from lightning_dpot.privacy.accounting.analysis.dp_events import rdp_of_event, step_event
 from lightning_dpot.privacy.accounting.analysis.schemes import (
     DEFAULT_RDP_ORDERS,
-    check_orders,
+    WITHOUT_REPLACEMENT,
     check_run,
 )
 
@@ -41,14 +42,17 @@ def swor_gaussian_rdp(
     r"""RDP curve of ONE step of the Gaussian on a fixed-size subsample without replacement.
 
     The bound of Wang, Balle, Kasiviswanathan 2019 (Thm. 9) at :math:`\gamma` = ``sample_rate``
-    = b/n, capped at :math:`\alpha / (2\sigma^2)` (module docstring). Evaluated by
-    dp-accounting's ``_compute_rdp_sample_wor_gaussian``, the function its ``RdpAccountant``
-    calls for a ``SampledWithoutReplacementDpEvent`` (which only uses ``b/n``); a private name,
-    so the tests pin it against the public ``RdpAccountant``.
+    = b/n, capped at :math:`\alpha / (2\sigma^2)` (module docstring): order by order, the
+    smaller of dp-accounting's ``RdpAccountant`` curves of
+    ``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(σ))`` and of
+    ``GaussianDpEvent(σ)``, both under replace-one (:func:`~lightning_dpot.privacy.accounting.
+    analysis.dp_events.rdp_of_event`). No ``DpEvent`` expresses this order-wise minimum, so
+    histories are composed from the capped curves
+    (:func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history`).
     """
     sigma, q, _ = check_run(noise_multiplier, sample_rate, 1)
-    orders = check_orders(orders)
-    rdp = np.asarray(
-        _dpa_rdp_module._compute_rdp_sample_wor_gaussian(q, sigma, orders), dtype=np.float64
+    subsampled = rdp_of_event(
+        step_event(sigma, q, WITHOUT_REPLACEMENT), WITHOUT_REPLACEMENT, orders
     )
-    return np.minimum(rdp, np.asarray(orders) / (2.0 * sigma**2))
+    plain = rdp_of_event(dp_accounting.GaussianDpEvent(sigma), WITHOUT_REPLACEMENT, orders)
+    return np.minimum(subsampled, plain)

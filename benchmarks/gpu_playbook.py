@@ -1,0 +1,823 @@
+"""GPU playbook: DP-Sinkhorn and DPSWflow-r on full Fashion-MNIST at target (ε, δ) = (10, 1e-5),
+each at several run lengths, sized to a time budget and scored like Cao et al. 2021, Table 1.
+
+    python benchmarks/gpu_playbook.py --data-dir /usr/share/datasets/fashion-mnist \\
+        --budget-minutes 40 --out docs/results/gpu_playbook
+
+Everything below ends within ``--budget-minutes`` (the clock starts with the script; a reserve
+of 15 % is kept for what the plan cannot see):
+
+1. **Measure.** The shortest run of each method (``--probe-steps`` steps) is a full run of the
+   ladder: σ calibrated for its length, evaluated like every run. A callback times each of its
+   steps (CUDA-synchronized); the median after a warm-up is the step time, the rest of its fit
+   the set-up, and its evaluation the evaluation time. A few steps of the autoencoder (no
+   privacy: the public half) are timed the same way. DPSWflow-r is measured only if more than
+   the reserve is left after DP-Sinkhorn.
+2. **Plan.** The autoencoder gets the paper's 30 epochs or what fits in a sixth of the budget.
+   Each method gets a geometric ladder T_k = T_top / r^k (k = 0, …, K − 1; ``--ratio`` r,
+   ``--rungs`` K at most) whose predicted cost Σ_k (set-up + T_k · step + evaluation) fits its
+   share of the time left (:func:`allocate`, :func:`ladder`), with T_top capped at the paper's
+   budget: 280,000 steps of expected batch 50 for DP-Sinkhorn on Fashion-MNIST (Cao et al.
+   2021, App. D.4), 35 epochs of 120 steps of b = 250 for DPSWflow-r (Sebag et al. 2023,
+   App. C). The plan is logged and written to ``plan.json``.
+3. **Run** the ladders, shortest run first, through the package's suite runner
+   (:func:`lightning_dpot.compare.runner.run_cell` on ``configs/compare/fashion_gpu_playbook.yaml``
+   with ``trainer.max_steps = T``): one ``dpot fit`` per run with σ calibrated for its T steps
+   (``target_epsilon``), the ε of the run's own accountant, and the suite's evaluation: the
+   classifier Fréchet distance (``lightning_dpot.metrics.fid``) and the downstream LogReg / MLP /
+   CNN of Cao et al. 2021, App. D.2 (``lightning_dpot.metrics.utility``, full protocol: trained
+   on labelled synthetic samples, early-stopped on a synthetic hold-out, tested once on the
+   10,000 real test images). A run whose predicted cost no longer fits the time left is skipped
+   and listed; a run that fails is listed with its traceback (``errors/<run>.txt``), the others
+   go on, and the exit status is 1.
+4. **Write** ``--out``: ``runs/<method>_<T>steps.json`` per run, ``samples/<run>.png``,
+   ``summary.json`` (device name, torch version, step times, wall time, plan, every run),
+   ``results.md`` (the table) and ``accuracy_vs_steps.png``, after every run.
+
+**Resumable.** A second call with the same settings reuses ``plan.json`` (so the ladder is the
+same) and every run whose JSON in ``--out`` carries the same fingerprint (composed config,
+overrides, δ, evaluation, autoencoder; :func:`lightning_dpot.compare.runner.cell_fingerprint`);
+a run interrupted in ``--work-dir`` (checkpoints, caches) resumes from its checkpoint.
+
+Every run is a separate private run of the same records: each ε holds for its run alone
+(sequential composition over runs). ``--tiny`` shrinks models and batches for a CPU check of the
+whole path on the first 100 images of each split; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STARTED = time.monotonic()  # the budget's clock starts before the heavy imports
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run from a checkout without installing the package
+    sys.path.insert(0, str(REPO))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from typing_extensions import override  # noqa: E402
+
+from lightning_dpot.compare.runner import cell_fingerprint, run_cell, run_prepare  # noqa: E402
+from lightning_dpot.compare.suite import Cell, MethodSpec, PrepareSpec, Suite, load_suite  # noqa: E402
+from lightning_dpot.data.images import IDX_FILES, find_idx_file  # noqa: E402
+
+SUITE = REPO / "configs" / "compare" / "fashion_gpu_playbook.yaml"
+METHODS = ("dp_sinkhorn", "dpswflow_r")
+AUTOENCODER = "autoencoder"
+SOURCE = "fashion_mnist"
+
+#: The papers' training lengths: the cap of each ladder.
+PAPER_STEPS = {"dp_sinkhorn": 280_000, "dpswflow_r": 35 * 120}
+#: The autoencoder of Sebag et al. 2023, App. C.1: 30 epochs on the public half.
+PAPER_AUTOENCODER_EPOCHS = 30
+#: Published Fashion-MNIST numbers at (ε, δ) = (10, 1e-5), for the table and the plot.
+PUBLISHED = {
+    "dp_sinkhorn": {
+        "reference": "Cao et al. 2021, Table 1",
+        "steps": 280_000,
+        "fid_inception": 128.3,
+        "cnn_accuracy": 0.711,
+    },
+    "dpswflow_r": {"reference": "Sebag et al. 2023", "fid_inception": 88.0},
+}
+
+RESERVE_SHARE = 0.15  # of the budget, kept back from the plan
+AUTOENCODER_SHARE = 1 / 6  # of the budget, at most, for the autoencoder's epochs
+AUTOENCODER_PROBE_STEPS = 20
+WARMUP_STEPS = 3  # untimed steps at the start of every timed run
+
+#: ``--tiny``: the first 100 images of each split, small models and every record in every batch
+#: (q = 1, so that calibrating σ and the privacy reports take no time): a CPU check of the whole
+#: path, numbers meaningless.
+TINY = {
+    "source": {"limit": 100},
+    "dp_sinkhorn": {
+        "model.init_args.generator.init_args.hidden_channels": [8, 4, 2],
+        "data.init_args.expected_batch_size": None,
+        "data.init_args.sample_rate": 1.0,
+    },
+    "dpswflow_r": {
+        "model.init_args.num_particles": 50,
+        "model.init_args.num_directions": 10,
+        "data.init_args.batch_size": 50,  # the private half of 100 images
+    },
+    AUTOENCODER: {"data.init_args.batch_size": 50},
+    "evaluation": {"num_samples": 50, "grid": 20},
+}
+
+
+# -- timing and planning (pure) ------------------------------------------------------------------
+class StepTimer(L.Callback):
+    """Wall time of every training batch (forward, loss, backward, optimizer step), synchronized
+    with the GPU so that queued kernels are counted in their own step."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._start = 0.0
+
+    @staticmethod
+    def _sync(pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self._start = time.perf_counter()
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self.seconds.append(time.perf_counter() - self._start)
+
+    def step_seconds(self) -> float:
+        """Median step time after the warm-up steps (all steps if there are no more)."""
+        timed = self.seconds[WARMUP_STEPS:] or self.seconds
+        return statistics.median(timed)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a run of T steps costs: set-up + T · step + evaluation (seconds)."""
+
+    step_seconds: float
+    setup_seconds: float
+    evaluate_seconds: float
+
+    def predict(self, steps: int) -> float:
+        return self.setup_seconds + steps * self.step_seconds + self.evaluate_seconds
+
+
+def round_steps(steps: float) -> int:
+    """``steps`` rounded down to two significant digits (1,475 → 1,400; 262 → 260)."""
+    steps *= 1 + 1e-9  # 99.99999… from a division is 100
+    if steps < 100:
+        return int(steps)
+    unit = 10 ** (int(math.log10(steps)) - 1)
+    return int(steps // unit * unit)
+
+
+def ladder(
+    timing: Timing, seconds: float, probe_steps: int, cap: int, ratio: float, rungs: int
+) -> list[int]:
+    """A geometric ladder T_top / r^k, k = K − 1, …, 0, above the probe run whose predicted cost
+    Σ_k (set-up + T_k · step + evaluation) fits in ``seconds``.
+
+    T_top(K) = (seconds − K · (set-up + evaluation)) / (step · Σ_k r^−k), capped at ``cap``. K
+    is the largest count ≤ ``rungs`` whose shortest run is at least twice the probe's length and
+    whose T_top is at least half of T_top(1), the longest single run that fits: more points are
+    not bought with most of the reach toward the paper's budget. Returns the step counts,
+    shortest first ([] when not even one run fits)."""
+    fixed = timing.setup_seconds + timing.evaluate_seconds
+
+    def top(count: int) -> float:
+        weight = sum(ratio**-k for k in range(count))
+        return min((seconds - count * fixed) / (max(timing.step_seconds, 1e-9) * weight), cap)
+
+    for count in range(rungs, 0, -1):
+        steps = [round_steps(top(count) / ratio**k) for k in reversed(range(count))]
+        if steps[0] >= 2 * probe_steps and len(set(steps)) == count and top(count) >= top(1) / 2:
+            return steps
+    return []
+
+
+def ladder_seconds(timing: Timing, steps: list[int]) -> float:
+    return sum(timing.predict(t) for t in steps)
+
+
+def allocate(
+    seconds: float,
+    timings: dict[str, Timing],
+    probe_steps: int,
+    caps: dict[str, int],
+    ratio: float,
+    rungs: int,
+) -> dict[str, list[int]]:
+    """One ladder per method (:func:`ladder`) within ``seconds`` in all.
+
+    Each method gets the cost of its shortest useful run (twice the probe), cheapest first, as
+    long as they fit; the rest is shared equally on top, and what a method whose ladder reaches
+    its cap (the paper's budget) leaves is shared among the others."""
+    shortest = {m: t.predict(2 * probe_steps) for m, t in timings.items()}
+    funded: list[str] = []
+    for m in sorted(timings, key=shortest.__getitem__):
+        if sum(shortest[f] for f in funded) + shortest[m] <= seconds:
+            funded.append(m)
+    plans: dict[str, list[int]] = {m: [] for m in timings}
+    remaining = seconds
+    while funded:
+        extra = (remaining - sum(shortest[m] for m in funded)) / len(funded)
+        for m in funded:
+            plans[m] = ladder(timings[m], shortest[m] + extra, probe_steps, caps[m], ratio, rungs)
+        capped = [m for m in funded if plans[m] and plans[m][-1] >= caps[m]]
+        if not capped or len(capped) == len(funded):
+            break
+        for m in capped:
+            remaining -= ladder_seconds(timings[m], plans[m])
+            funded.remove(m)
+    return plans
+
+
+def autoencoder_epochs(seconds: float, steps_per_epoch: int, step_seconds: float) -> int:
+    """Epochs of the autoencoder that fit in ``seconds`` (at least 1, at most the paper's 30)."""
+    fit = int(seconds // max(steps_per_epoch * step_seconds, 1e-9))
+    return max(1, min(PAPER_AUTOENCODER_EPOCHS, fit))
+
+
+# -- the playbook --------------------------------------------------------------------------------
+class Playbook:
+    """The suite sized for this device and budget, its runs and its report (module docstring)."""
+
+    def __init__(self, args: argparse.Namespace, started: float | None = None) -> None:
+        self.args = args
+        self.start = time.monotonic() if started is None else started
+        self.budget = args.budget_minutes * 60.0
+        self.out = Path(args.out).resolve()
+        self.work = Path(args.work_dir).resolve()
+        self.accelerator = "gpu" if args.device == "cuda" else "cpu"
+        self.device_name = (
+            torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({platform.machine()})"
+        )
+        self.base = load_suite(SUITE)
+        self.runs: dict[str, dict] = {}
+        self.reused: list[str] = []
+        self.skipped: list[dict] = []
+        self.failed: list[dict] = []
+        for folder in (self.out / "runs", self.out / "samples", self.work):
+            folder.mkdir(parents=True, exist_ok=True)
+
+    # -- clock and log ---------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return self.budget - self.elapsed()
+
+    def log(self, message: str) -> None:
+        print(f"[gpu_playbook {self.elapsed():7.1f} s] {message}", file=sys.stderr, flush=True)
+
+    # -- the sized suite -------------------------------------------------------------------------
+    def source(self) -> dict:
+        init = {**self.base.sources[SOURCE]["init_args"], "idx_dir": str(self.args.data_dir)}
+        if self.args.tiny:
+            init.update(TINY["source"])
+        return {"class_path": self.base.sources[SOURCE]["class_path"], "init_args": init}
+
+    def common(self) -> dict:
+        return {"trainer.accelerator": self.accelerator, "trainer.devices": 1}
+
+    def prepare_name(self, epochs: int) -> str:
+        return f"{AUTOENCODER}_{epochs}epochs"
+
+    def prepare_set(self, epochs: int) -> dict:
+        spec = self.base.prepare[AUTOENCODER]
+        tiny = TINY[AUTOENCODER] if self.args.tiny else {}
+        sized = {"trainer.max_epochs": epochs, "data.init_args.source": self.source()}
+        return {**spec.set, **self.common(), **tiny, **sized}
+
+    def suite(self, name: str, method: str, steps: int, epochs: int) -> Suite:
+        """The playbook's suite for one run: ``method`` as ``name`` with ``trainer.max_steps =
+        steps`` on ``--data-dir``; DPSWflow-r with the autoencoder of ``epochs`` (the prepare
+        step, named for its epochs), DP-Sinkhorn with no prepare step (none is part of its
+        fingerprint)."""
+        spec = self.base.methods[method]
+        prepare = {}
+        setters = dict(spec.set)
+        if method == "dpswflow_r":
+            prepare_name = self.prepare_name(epochs)
+            base = self.base.prepare[AUTOENCODER]
+            prepare[prepare_name] = PrepareSpec(prepare_name, base.config, self.prepare_set(epochs))
+            setters = {
+                key: value.replace(f"{{prepare[{AUTOENCODER}]}}", f"{{prepare[{prepare_name}]}}")
+                if isinstance(value, str)
+                else value
+                for key, value in setters.items()
+            }
+        tiny = TINY[method] if self.args.tiny else {}
+        sized = {"trainer.max_steps": steps, "trainer.max_epochs": -1}
+        evaluation = {**self.base.evaluation, **(TINY["evaluation"] if self.args.tiny else {})}
+        return dataclasses.replace(
+            self.base,
+            sources={SOURCE: self.source()},
+            methods={
+                name: MethodSpec(
+                    name, spec.config, {**setters, **self.common(), **tiny, **sized}, (SOURCE,)
+                )
+            },
+            prepare=prepare,
+            evaluation=evaluation,
+        )
+
+    # -- one run ---------------------------------------------------------------------------------
+    def cell(self, method: str, steps: int, epochs: int) -> tuple[Suite, Cell, str]:
+        """The run's one-cell suite, its cell and its fingerprint's digest."""
+        name = f"{method}_{steps}steps"
+        suite = self.suite(name, method, steps, epochs)
+        cell = Cell(name, SOURCE, suite.epsilons[0], suite.seeds[0])
+        return suite, cell, cell_fingerprint(suite, cell)["digest"]
+
+    def finished(self, method: str, steps: int, epochs: int) -> dict | None:
+        """The run's JSON in ``--out`` if a call with the same settings wrote it."""
+        path = self.out / "runs" / f"{method}_{steps}steps.json"
+        if not path.is_file():
+            return None
+        stored = json.loads(path.read_text())
+        return stored if stored.get("fingerprint") == self.cell(method, steps, epochs)[2] else None
+
+    def run(self, method: str, steps: int, epochs: int) -> dict:
+        """Train and score ``method`` for ``steps`` steps, or reuse its JSON in ``--out``."""
+        suite, cell, digest = self.cell(method, steps, epochs)
+        name, path = cell.method, self.out / "runs" / f"{cell.method}.json"
+        stored = self.finished(method, steps, epochs)
+        if stored is not None:
+            self.log(f"{name}: finished before, reused ({path})")
+            self.reused.append(name)
+            self.runs[name] = stored
+            return stored
+        if method == "dpswflow_r":
+            self.prepare(suite)
+        self.log(f"{name}: training {steps} steps, target ε = {cell.epsilon:g}")
+        timer = StepTimer()
+        record = run_cell(suite, cell, self.work, callbacks=[timer])
+        report = json.loads(Path(record["report"]).read_text())["privacy"]
+        timed = bool(timer.seconds)  # a cell finished in --work-dir is read back, not timed
+        step_seconds = timer.step_seconds() if timed else record["fit_seconds"] / record["steps"]
+        result = {
+            "run": name,
+            "method": method,
+            "method_class": record["method_class"],
+            "planned_steps": steps,
+            "steps": record["steps"],
+            "target_epsilon": record["target_epsilon"],
+            "privacy": record["privacy"],
+            "noise_multiplier": report.get("noise_multiplier"),
+            "epsilon_pld": report.get("epsilon_pld"),
+            "metrics": record["metrics"],
+            "step_seconds": step_seconds,
+            "setup_seconds": record["fit_seconds"] - sum(timer.seconds) if timed else 0.0,
+            "fit_seconds": record["fit_seconds"],
+            "evaluate_seconds": record["evaluate_seconds"],
+            "device": self.device_name,
+            "torch": torch.__version__,
+            "tiny": self.args.tiny,
+            "fingerprint": digest,
+            "cell_dir": str(Path(record["report"]).parent),
+        }
+        self.write_samples(name, Path(record["report"]).parent / "samples.pt")
+        write_json(path, result)
+        self.runs[name] = result
+        epsilon = result["privacy"]["epsilon"]
+        self.log(
+            f"{name}: ε = {epsilon:.4g} ({result['privacy'].get('accountant')}), "
+            f"{1e3 * step_seconds:.1f} ms/step, fit {record['fit_seconds']:.1f} s, "
+            f"evaluation {record['evaluate_seconds']:.1f} s, metrics {_short(record['metrics'])}"
+        )
+        return result
+
+    def prepare(self, suite: Suite) -> None:
+        (name,) = suite.prepare
+        if not (self.work / "prepare" / name / "done.json").is_file():
+            self.log(f"{name}: training the autoencoder on the public half")
+        run_prepare(suite, name, self.work)
+
+    def timing(self, run: dict) -> Timing:
+        return Timing(run["step_seconds"], run["setup_seconds"], run["evaluate_seconds"])
+
+    def time_autoencoder(self) -> dict:
+        """Step time and batches per epoch of the autoencoder, from a few timed steps (public
+        half only, nothing private; its model is thrown away)."""
+        from lightning_dpot.training import run_lightning
+
+        spec = self.base.prepare[AUTOENCODER]
+        root = self.work / "timing" / AUTOENCODER
+        values = {**self.prepare_set(1), "data.init_args.split_file": str(root / "split.json")}
+        args = [
+            "--config", str(spec.config),
+            *self.base.overrides(values, self.base.values(root)),
+            f"--trainer.max_steps={AUTOENCODER_PROBE_STEPS}",
+            "--trainer.max_epochs=-1",
+            "--trainer.callbacks=[]",
+            "--trainer.enable_checkpointing=false",
+            "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--trainer.default_root_dir={root}",
+        ]  # fmt: skip
+        start = time.perf_counter()
+        cli = run_lightning(args, run=False)
+        timer = StepTimer()
+        cli.trainer.callbacks.append(timer)
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        fit_seconds = time.perf_counter() - start
+        return {
+            "step_seconds": timer.step_seconds(),
+            "setup_seconds": fit_seconds - sum(timer.seconds),
+            "steps_per_epoch": int(cli.trainer.num_training_batches),
+        }
+
+    # -- plan ------------------------------------------------------------------------------------
+    def settings(self) -> dict:
+        """What the plan depends on; a second call with the same settings reuses it."""
+        keys = ("budget_minutes", "probe_steps", "rungs", "ratio", "max_steps", "tiny")
+        return {
+            **{key: getattr(self.args, key) for key in keys},
+            "data_dir": str(Path(self.args.data_dir).resolve()),
+            "device": self.device_name,
+            "suite": str(SUITE),
+        }
+
+    def caps(self) -> dict[str, int]:
+        caps = dict(PAPER_STEPS)
+        if self.args.max_steps is not None:
+            caps = {m: min(c, self.args.max_steps) for m, c in caps.items()}
+        return caps
+
+    def plan(self) -> dict:
+        """Measure (the probe runs and the autoencoder's steps) and plan, or reuse the plan a
+        call with the same settings wrote. A method whose probe run failed, or that is left
+        unmeasured because the budget is spent, gets no ladder (and the plan is not kept, so
+        that the next call measures it again)."""
+        path = self.out / "plan.json"
+        if path.is_file():
+            stored = json.loads(path.read_text())
+            if stored.get("settings") == self.settings():
+                self.log(f"plan reused ({path}): {stored['ladders']}")
+                return stored
+        probe = self.args.probe_steps
+        measured: dict[str, Any] = {}
+        dps = self.attempt("dp_sinkhorn", probe, epochs=1)  # needs no autoencoder
+        if dps is not None:
+            measured["dp_sinkhorn"] = dataclasses.asdict(self.timing(dps))
+        epochs = 1
+        autoencoder = None
+        if self.left() > RESERVE_SHARE * self.budget:
+            autoencoder = self.attempt_timing()
+        else:  # measuring DPSWflow-r (autoencoder, first run) would overrun the budget
+            self.log(f"dpswflow_r: not measured, {self.left():.0f} s left")
+            self.skipped.append(
+                {
+                    "run": f"dpswflow_r_{probe}steps",
+                    "predicted_seconds": None,
+                    "seconds_left": self.left(),
+                }
+            )
+        if autoencoder is not None:
+            measured[AUTOENCODER] = autoencoder
+            share = AUTOENCODER_SHARE * self.budget - autoencoder["setup_seconds"]
+            epochs = autoencoder_epochs(
+                share, autoencoder["steps_per_epoch"], autoencoder["step_seconds"]
+            )
+            self.log(
+                f"autoencoder: {1e3 * autoencoder['step_seconds']:.1f} ms/step, "
+                f"{autoencoder['steps_per_epoch']} steps/epoch: {epochs} epochs planned"
+            )
+            flow = self.attempt("dpswflow_r", probe, epochs)
+            if flow is not None:
+                measured["dpswflow_r"] = dataclasses.asdict(self.timing(flow))
+        methods = [m for m in METHODS if m in measured]
+        timings = {m: Timing(**measured[m]) for m in methods}
+        reserve = RESERVE_SHARE * self.budget
+        seconds = self.left() - reserve
+        caps = self.caps()
+        ladders = (
+            allocate(seconds, timings, probe, caps, self.args.ratio, self.args.rungs)
+            if methods
+            else {}
+        )
+        plan = {
+            "settings": self.settings(),
+            "measured": measured,
+            "autoencoder_epochs": epochs,
+            "seconds_for_ladders": seconds,
+            "reserve_seconds": reserve,
+            "ladders": {m: [probe, *ladders[m]] for m in methods},
+            "predicted_seconds": {m: ladder_seconds(timings[m], ladders[m]) for m in methods},
+            "caps": caps,
+        }
+        if len(methods) == len(METHODS):
+            write_json(path, plan)
+        for m in methods:
+            self.log(
+                f"plan {m}: {1e3 * timings[m].step_seconds:.1f} ms/step, set-up "
+                f"{timings[m].setup_seconds:.1f} s, evaluation {timings[m].evaluate_seconds:.1f} s "
+                f"-> steps {plan['ladders'][m]} (predicted {plan['predicted_seconds'][m]:.0f} s, "
+                f"cap {caps[m]:,})"
+            )
+        self.log(f"plan: {seconds:.0f} s for the ladders, {reserve:.0f} s kept in reserve")
+        return plan
+
+    def attempt(self, method: str, steps: int, epochs: int) -> dict | None:
+        """:meth:`run`, or ``None`` if it failed: the failure is logged, its traceback written
+        to ``errors/<run>.txt`` and listed in the summary, and the other runs go on (a short
+        loan should not lose every result to one run)."""
+        try:
+            return self.run(method, steps, epochs)
+        except Exception as err:  # recorded; the exit status is 1
+            self.fail(f"{method}_{steps}steps", err)
+            return None
+
+    def attempt_timing(self) -> dict | None:
+        try:
+            return self.time_autoencoder()
+        except Exception as err:  # recorded; the exit status is 1
+            self.fail(f"{AUTOENCODER}_timing", err)
+            return None
+
+    def fail(self, name: str, err: Exception) -> None:
+        errors = self.out / "errors"
+        errors.mkdir(exist_ok=True)
+        (errors / f"{name}.txt").write_text(traceback.format_exc())
+        self.failed.append({"run": name, "error": f"{type(err).__name__}: {err}"})
+        self.log(f"{name}: FAILED ({type(err).__name__}: {err}); see {errors / name}.txt")
+
+    # -- everything ------------------------------------------------------------------------------
+    def execute(self) -> dict:
+        """Plan, run the ladders shortest first (each run only if its predicted cost fits the
+        time left, less half the reserve), and write the results after every run."""
+        plan = self.plan()
+        epochs = plan["autoencoder_epochs"]
+        timings = {m: Timing(**plan["measured"][m]) for m in plan["ladders"]}
+        queue = sorted(
+            ((m, t) for m in plan["ladders"] for t in plan["ladders"][m]),
+            key=lambda run: timings[run[0]].predict(run[1]),
+        )
+        self.write_results(plan, finished=False)
+        for method, steps in queue:
+            name = f"{method}_{steps}steps"
+            if name in self.runs or any(f["run"] == name for f in self.failed):
+                continue
+            predicted = timings[method].predict(steps)
+            fits = predicted <= self.left() - 0.5 * RESERVE_SHARE * self.budget
+            if not fits and self.finished(method, steps, epochs) is None:
+                self.log(f"{name}: skipped, predicted {predicted:.0f} s, {self.left():.0f} s left")
+                self.skipped.append(
+                    {"run": name, "predicted_seconds": predicted, "seconds_left": self.left()}
+                )
+                continue
+            self.attempt(method, steps, epochs)
+            self.write_results(plan, finished=False)
+        summary = self.write_results(plan, finished=True)
+        self.log(f"done in {summary['wall_seconds']:.0f} s of {self.budget:.0f} s: {self.out}")
+        return summary
+
+    def write_results(self, plan: dict, finished: bool) -> dict:
+        """``summary.json``, ``results.md`` and ``accuracy_vs_steps.png`` as they stand (written
+        after every run, so that a call stopped at its deadline leaves them)."""
+        runs = sorted(self.runs.values(), key=lambda r: (METHODS.index(r["method"]), r["steps"]))
+        summary = {
+            "suite": str(SUITE.relative_to(REPO)),
+            "device": self.device_name,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "lightning": L.__version__,
+            "python": platform.python_version(),
+            "target": {"epsilon": self.base.epsilons[0], "delta": self.base.delta},
+            "num_samples": self.suite("", "dp_sinkhorn", 1, 1).evaluation["num_samples"],
+            "budget_minutes": self.args.budget_minutes,
+            "finished": finished,
+            "tiny": self.args.tiny,
+            "plan": plan,
+            "step_seconds": {m: t["step_seconds"] for m, t in plan["measured"].items()},
+            "runs": runs,
+            "reused_runs": sorted(self.reused),
+            "skipped_runs": self.skipped,
+            "failed_runs": self.failed,
+            "published": PUBLISHED,
+        }
+        (self.out / "results.md").write_text(markdown(summary))
+        plot(runs, self.out / "accuracy_vs_steps.png")
+        summary["wall_seconds"] = round(self.elapsed(), 1)
+        summary["within_budget"] = summary["wall_seconds"] <= self.budget
+        write_json(self.out / "summary.json", summary)
+        return summary
+
+    def write_samples(self, name: str, samples: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from torchvision.utils import make_grid
+
+        images = torch.load(samples)
+        grid = make_grid(images.float(), nrow=10, normalize=True, value_range=(-1, 1), pad_value=1)
+        plt.imsave(
+            self.out / "samples" / f"{name}.png", grid[0].numpy(), cmap="gray", vmin=0, vmax=1
+        )
+
+
+# -- outputs -------------------------------------------------------------------------------------
+def write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def _short(metrics: dict) -> str:
+    parts = [f"FD {metrics['fd_classifier']:.1f}"] if "fd_classifier" in metrics else []
+    for name, accuracy in (metrics.get("utility") or {}).items():
+        parts.append(f"{name} {accuracy:.3f}")
+    return ", ".join(parts)
+
+
+def _cell(value: float | None, digits: str = ".3f") -> str:
+    return "—" if value is None else format(value, digits)
+
+
+def markdown(summary: dict) -> str:
+    """The results table, one row per run, and the published numbers beside it."""
+    minutes = summary["budget_minutes"]
+    lines = [
+        "# GPU playbook: DP-Sinkhorn and DPSWflow-r on Fashion-MNIST",
+        "",
+        f"Target (ε, δ) = ({summary['target']['epsilon']:g}, {summary['target']['delta']:g}), "
+        f"central DP; device {summary['device']}, torch {summary['torch']}; budget {minutes:g} "
+        "min. Every run is one private run with σ calibrated for its own length; ε is its "
+        "accountant's. FD: Fréchet distance on the project classifier's features (not FID). "
+        f"Accuracy: LogReg / MLP / CNN trained on {summary['num_samples']:,} labelled samples "
+        "(full protocol of Cao et al. 2021, App. D.2), tested on the real test images; "
+        "DPSWflow-r is unconditional (no labels, no accuracy).",
+        "",
+        "| method | steps | σ (noise multiplier) | ε (accountant) | FD (classifier) ↓ "
+        "| LogReg ↑ | MLP ↑ | CNN ↑ | ms/step | fit s | evaluation s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in summary["runs"]:
+        metrics, utility = run["metrics"], run["metrics"].get("utility") or {}
+        privacy = run["privacy"]
+        lines.append(
+            f"| {run['method']} | {run['steps']:,} | {_cell(run['noise_multiplier'], '.4g')} "
+            f"| {privacy['epsilon']:.4g} ({privacy.get('accountant')}, "
+            f"{privacy.get('adjacency')}) | {_cell(metrics.get('fd_classifier'), '.1f')} "
+            f"| {_cell(utility.get('logreg'))} | {_cell(utility.get('mlp'))} "
+            f"| {_cell(utility.get('cnn'))} | {1e3 * run['step_seconds']:.1f} "
+            f"| {run['fit_seconds']:.1f} | {run['evaluate_seconds']:.1f} |"
+        )
+    dps, flow = summary["published"]["dp_sinkhorn"], summary["published"]["dpswflow_r"]
+    lines += [
+        "",
+        f"Published at ε = 10: DP-Sinkhorn {dps['steps']:,} steps, FID {dps['fid_inception']} "
+        f"(Inception), CNN {dps['cnn_accuracy']:.1%} ({dps['reference']}); DPSWflow-r FID "
+        f"{flow['fid_inception']} ({flow['reference']}).",
+    ]
+    if summary["skipped_runs"]:
+        names = ", ".join(s["run"] for s in summary["skipped_runs"])
+        lines += ["", f"Skipped (predicted cost above the time left): {names}."]
+    for failure in summary["failed_runs"]:
+        lines += [
+            "",
+            f"Failed: {failure['run']}: {failure['error']} (errors/{failure['run']}.txt).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    """Downstream accuracy (DP-Sinkhorn) and classifier FD (both methods) against steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (acc_ax, fd_ax) = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+    for method in METHODS:
+        mine = [r for r in runs if r["method"] == method]
+        steps = [r["steps"] for r in mine]
+        for name in ("logreg", "mlp", "cnn"):
+            accuracy = [(r["metrics"].get("utility") or {}).get(name) for r in mine]
+            if any(a is not None for a in accuracy):
+                acc_ax.plot(steps, accuracy, marker="o", label=f"{method} {name}")
+        fd = [r["metrics"].get("fd_classifier") for r in mine]
+        if any(v is not None for v in fd):
+            fd_ax.plot(steps, fd, marker="o", label=method)
+    published = PUBLISHED["dp_sinkhorn"]
+    acc_ax.plot(
+        [published["steps"]], [published["cnn_accuracy"]], marker="*", markersize=12,
+        linestyle="none", color="black", label="DP-Sinkhorn CNN, Cao et al. 2021",
+    )  # fmt: skip
+    acc_ax.set(xscale="log", xlabel="training steps", ylabel="accuracy on the real test split")
+    acc_ax.set_title("downstream accuracy, target ε = 10")
+    fd_ax.set(xscale="log", xlabel="training steps", ylabel="FD (classifier features)")
+    fd_ax.set_title("classifier Fréchet distance ↓")
+    for ax in (acc_ax, fd_ax):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # nothing to name before the first run
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- command line --------------------------------------------------------------------------------
+def _number(name: str, low: float, kind: type = float, above: bool = True):
+    """An argparse type: a ``kind`` number > ``low`` (or ≥ with ``above=False``)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if (
+            value is None
+            or not math.isfinite(value)
+            or not (value > low if above else value >= low)
+        ):
+            bound = f"> {low:g}" if above else f">= {low:g}"
+            raise argparse.ArgumentTypeError(
+                f"{name} must be a{'n integer' if kind is int else ' finite number'} {bound}, "
+                f"got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data-dir",
+        required=True,
+        help="folder with the four Fashion-MNIST IDX files (.gz or not)",
+    )
+    parser.add_argument(
+        "--budget-minutes", type=_number("--budget-minutes", 0), default=40.0,
+        help="everything (measuring, the autoencoder, training, evaluation) ends within this",
+    )  # fmt: skip
+    parser.add_argument("--out", default="docs/results/gpu_playbook", help="results folder")
+    parser.add_argument(
+        "--work-dir", default="runs/gpu_playbook",
+        help="checkpoints, caches and run directories (large; not results)",
+    )  # fmt: skip
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument(
+        "--probe-steps", type=_number("--probe-steps", 1, int, above=False), default=50,
+        help="length of the first, timed run of each method",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rungs", type=_number("--rungs", 1, int, above=False), default=3,
+        help="most runs per method above the probe run",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ratio", type=_number("--ratio", 1), default=4.0,
+        help="ratio of consecutive run lengths",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-steps", type=_number("--max-steps", 1, int, above=False), default=None,
+        help="cap every run at this many steps (below the papers' budgets)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tiny", action="store_true",
+        help="small models and batches: a CPU check of the whole path, numbers meaningless",
+    )  # fmt: skip
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    folder = Path(args.data_dir)
+    missing = [
+        name
+        for names in IDX_FILES.values()
+        for name in names
+        if not folder.is_dir() or find_idx_file(folder, name) is None
+    ]
+    if missing:
+        parser.error(f"--data-dir={args.data_dir!r} lacks {', '.join(missing)} (or the .gz)")
+    if args.max_steps is not None and args.max_steps < 2 * args.probe_steps:
+        parser.error(
+            f"--max-steps must be >= 2 × --probe-steps = {2 * args.probe_steps} (the ladder "
+            f"starts above the probe run), got {args.max_steps}"
+        )
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        parser.error(
+            "--device=cuda: no CUDA device is visible (torch.cuda.is_available() is False)"
+        )
+    return args
+
+
+def main(argv: list[str] | None = None, started: float | None = None) -> dict:
+    """Run the playbook (``argv``: the command line); ``started``: when the budget's clock
+    started (default now). Returns the summary written to ``--out/summary.json``."""
+    # dp-accounting logs every RDP order it cannot evaluate (harmless: that order is left out).
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return Playbook(parse_args(argv), started).execute()
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main(started=STARTED)["failed_runs"] else 0)
