@@ -33,7 +33,9 @@ class WandbRunLogger(WandbLogger):
     gives each run its own directory ``<save_dir>/<name>-<time>-<id>`` (which becomes the
     trainer's ``log_dir``: config.yaml, report.json, plots and samples land there, and ``dpot
     fit`` writes the checkpoints to its ``checkpoints/``). The directory is made when the run
-    starts logging, so a run refused before it starts (a bad value) leaves nothing behind."""
+    starts logging, so a run refused before it starts (a bad value) leaves nothing behind. The
+    W&B run ends with the fit (:meth:`finalize`): a second fit in the same process gets a run,
+    and a directory, of its own instead of Lightning's reuse of the W&B run in progress."""
 
     def __init__(
         self,
@@ -50,6 +52,9 @@ class WandbRunLogger(WandbLogger):
         )
         # Lightning always passes W&B an `anonymous` setting, which W&B ignores and warns about.
         self._wandb_init.pop("anonymous", None)
+        # Absolute: a W&B service started by another process (another working directory) writes
+        # part of the run, and would resolve a relative folder against its own.
+        self._wandb_init["dir"] = os.path.abspath(run_dir)
 
     @property
     @override
@@ -57,6 +62,13 @@ class WandbRunLogger(WandbLogger):
     def experiment(self) -> Any:
         Path(self.save_dir).mkdir(parents=True, exist_ok=True)
         return super().experiment
+
+    @override
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        super().finalize(status)
+        if self._experiment is not None:  # kept, finished: its id and name stay readable
+            self._experiment.finish(exit_code=0 if status == "success" else 1)
 
     @rank_zero_only
     def log_files(self, name: str, artifact_type: str, paths: Sequence[str | Path]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 
+import lightning as L
 import pytest
 import torch
 
@@ -177,7 +178,9 @@ CASES = {
     ),
     "batch_size > n (LDP release)": (
         lambda tmp: _setup(
-            PrivatizedDataModule(HalfCircle(n=10, n_test=2), "laplace", epsilon=1.0, batch_size=11)
+            PrivatizedDataModule(
+                HalfCircle(n=10, n_test=2), "laplace", 1.0, batch_size=11, cache_dir=str(tmp)
+            )
         ),
         ValueError, r"batch_size=11 exceeds the number of released records \(10\)",
     ),
@@ -314,3 +317,17 @@ def test_bad_input_is_refused_with_a_clear_error(case, tmp_path):
     call, error, match = CASES[case]
     with pytest.raises(error, match=match):
         call(tmp_path)
+
+
+def test_a_batch_larger_than_the_release_is_refused_before_anything_is_released(tmp_path):
+    """The record count is public: a fit with batch_size > n is refused before the ledger is
+    charged or a release drawn."""
+    data = PrivatizedDataModule(
+        HalfCircle(n=10, n_test=2), "laplace", 1.0, batch_size=11, cache_dir=str(tmp_path / "c")
+    )
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False)
+    with pytest.raises(ValueError, match=r"batch_size=11 exceeds the number of released"):
+        trainer.fit(EntropicWGAN(_gen()), data)
+    assert not list(tmp_path.rglob("release-*.pt"))  # a lock file may stay, empty
+    assert data.ledger_total is None or data.ledger_total.releases == 0
+    assert not data.ledger.path.is_file() or not data.ledger.path.read_text().strip()

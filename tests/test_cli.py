@@ -279,10 +279,12 @@ def test_a_command_that_does_not_apply_is_refused_in_one_line(capsys, command, e
     assert len(err.splitlines()) == 1 and expected in err, err
 
 
-def test_every_ready_made_callback_is_added_with_one_flag(capsys):
+def test_every_ready_made_callback_is_added_with_one_flag(capsys, monkeypatch, tmp_path):
     """The top-level callbacks/ folder: each file is added to any run with
     --trainer.callbacks+=FILE, and a value can be overridden right after it."""
     from lightning_dpot.training import run_lightning
+
+    monkeypatch.chdir(tmp_path)  # the config's runs/ directory is relative
 
     files = sorted((REPO / "callbacks").glob("*.yaml"))
     assert {f.stem for f in files} == {

@@ -14,13 +14,13 @@ import pytest
 import torch
 import yaml
 from threadpoolctl import threadpool_limits
+from tiny_runs import dcgan_run
 
 from lightning_dpot.cli import main
 from lightning_dpot.metrics.fid import INCEPTION_WEIGHTS_FILENAME
 
-TINY_RUN = {
-    "seed_everything": 0,
-    "trainer": {
+TINY_RUN = dcgan_run(
+    {
         "max_steps": 2,
         "logger": False,
         "enable_progress_bar": False,
@@ -40,28 +40,8 @@ TINY_RUN = {
             },
         ],
     },
-    "model": {
-        "class_path": "lightning_dpot.methods.EntropicWGAN",
-        "init_args": {
-            "generator": {
-                "class_path": "lightning_dpot.nn.DCGANGenerator",
-                "init_args": {"latent_dim": 4, "image_size": 8, "hidden_channels": 4},
-            },
-            "latent_range": [0.0, 1.0],
-        },
-    },
-    "data": {
-        "class_path": "lightning_dpot.data.PrivatizedDataModule",
-        "init_args": {
-            "source": {"class_path": "lightning_dpot.data.Digits"},
-            "mechanism": "gaussian",
-            "noise_scale": 0.5,
-            "delta": 1.0e-4,
-            "batch_size": 64,
-            "seed": 0,
-        },
-    },
-}
+    seed=0,
+)
 
 SMALL = ["--num-samples", "300", "--w2-subsample", "50", "--w2-repeats", "3"]
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from tiny_runs import dcgan_run
 
 from lightning_dpot.cli import main
 from lightning_dpot.commands.checkpoint import find_checkpoint, load_datamodule, load_model
@@ -61,33 +62,10 @@ MLP_RUN = {  # the quickstart's model and data, tiny
         },
     },
 }
-DCGAN_RUN = {
-    "seed_everything": 0,
-    "trainer": {"max_steps": 2, **QUIET},
-    "model": {
-        "class_path": "lightning_dpot.methods.EntropicWGAN",
-        "init_args": {
-            "generator": {
-                "class_path": "lightning_dpot.nn.DCGANGenerator",
-                "init_args": {"latent_dim": 4, "image_size": 8, "hidden_channels": 4},
-            },
-            "latent_range": [0.0, 1.0],
-        },
-    },
-    "data": {
-        "class_path": "lightning_dpot.data.PrivatizedDataModule",
-        "init_args": {
-            "source": {"class_path": "lightning_dpot.data.Digits"},
-            "mechanism": "gaussian",
-            "noise_scale": 0.5,
-            "delta": 1.0e-4,
-            "batch_size": 64,
-        },
-    },
-}
+DCGAN_RUN = dcgan_run({"max_steps": 2, **QUIET})
 CONDITIONAL_RUN = {  # DP-Sinkhorn (Cao et al. 2021): class-conditional, central DP
     "seed_everything": 0,
-    "trainer": {"max_steps": 3, "logger": False, "use_distributed_sampler": False, **QUIET},
+    "trainer": {"max_steps": 3, "logger": False, **QUIET},
     "model": {
         "class_path": "lightning_dpot.methods.DPSinkhorn",
         "init_args": {

@@ -8,40 +8,15 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from tiny_runs import dcgan_run
 
 from lightning_dpot.cli import main
 from lightning_dpot.commands.sample import find_run_config, load_model
 from lightning_dpot.nn import DCGANGenerator
 
-TINY_RUN = {
-    "seed_everything": 0,
-    "trainer": {
-        "max_steps": 2,
-        "logger": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-    },
-    "model": {
-        "class_path": "lightning_dpot.methods.EntropicWGAN",
-        "init_args": {
-            "generator": {
-                "class_path": "lightning_dpot.nn.DCGANGenerator",
-                "init_args": {"latent_dim": 4, "image_size": 8, "hidden_channels": 4},
-            },
-            "latent_range": [0.0, 1.0],
-        },
-    },
-    "data": {
-        "class_path": "lightning_dpot.data.PrivatizedDataModule",
-        "init_args": {
-            "source": {"class_path": "lightning_dpot.data.Digits"},
-            "mechanism": "gaussian",
-            "noise_scale": 0.5,
-            "delta": 1.0e-4,
-            "batch_size": 64,
-        },
-    },
-}
+TINY_RUN = dcgan_run(
+    {"max_steps": 2, "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +111,6 @@ CONDITIONAL_RUN = {  # DP-Sinkhorn with a class-conditional generator (Cao et al
         "logger": False,
         "enable_progress_bar": False,
         "enable_model_summary": False,
-        "use_distributed_sampler": False,
     },
     "model": {
         "class_path": "lightning_dpot.methods.DPSinkhorn",

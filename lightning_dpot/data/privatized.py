@@ -321,6 +321,8 @@ class PrivatizedDataModule(L.LightningDataModule):
         # Refused before the ledger is charged: a bad record must not spend anyone's budget.
         check_source_splits(self.source, splits)
         self.randomizer.check_records(splits.train)
+        if self.trainer is not None:  # a fit, which would refuse the batch after the release
+            self._check_batch_size(len(splits.train))
         mech = self.randomizer.mechanism
         self.ledger.record(
             self.ledger.training_keys(splits),
@@ -545,6 +547,15 @@ class PrivatizedDataModule(L.LightningDataModule):
         if saved and self.release is not None:
             check_fingerprint(saved, self.fingerprint(), type(self).__name__)
 
+    def _check_batch_size(self, num_records: int) -> None:
+        """A batch no larger than the release (the record count is public); in a fit, checked
+        before the release is drawn too, so a run refused for it spends nothing."""
+        if self.batch_size is not None and self.batch_size > num_records:
+            raise ValueError(
+                f"batch_size={self.batch_size} exceeds the number of released records "
+                f"({num_records})"
+            )
+
     @override
     def train_dataloader(self) -> DataLoader:
         if self.release is None:
@@ -552,15 +563,10 @@ class PrivatizedDataModule(L.LightningDataModule):
         records = self.release if self.denoised_release is None else self.denoised_release
         if self.batch_size is None:
             return full_batch_loader(records)
-        batch_size = self.batch_size
-        if batch_size > len(self.release):
-            raise ValueError(
-                f"batch_size={batch_size} exceeds the number of released records "
-                f"({len(self.release)})"
-            )
+        self._check_batch_size(len(self.release))
         return DataLoader(
             Records(records),
-            batch_size=batch_size,
+            batch_size=self.batch_size,
             shuffle=True,
             drop_last=True,
             num_workers=self.num_workers,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_runs import DCGAN_MODEL, DIGITS_DATA
 
 from lightning_dpot.cli import main
 from lightning_dpot.data.ledger import LEDGER_ENV
@@ -53,29 +54,7 @@ FAMILIES = {
             },
         },
     },
-    "dcgan": {
-        "trainer": {"max_steps": 3, **QUIET},
-        "model": {
-            "class_path": "lightning_dpot.methods.EntropicWGAN",
-            "init_args": {
-                "generator": {
-                    "class_path": "lightning_dpot.nn.DCGANGenerator",
-                    "init_args": {"latent_dim": 4, "image_size": 8, "hidden_channels": 4},
-                },
-                "latent_range": [0.0, 1.0],
-            },
-        },
-        "data": {
-            "class_path": "lightning_dpot.data.PrivatizedDataModule",
-            "init_args": {
-                "source": {"class_path": "lightning_dpot.data.Digits"},
-                "mechanism": "gaussian",
-                "noise_scale": 0.5,
-                "delta": 1.0e-4,
-                "batch_size": 64,
-            },
-        },
-    },
+    "dcgan": {"trainer": {"max_steps": 3, **QUIET}, "model": DCGAN_MODEL, "data": DIGITS_DATA},
     "conditional": {
         "trainer": {"max_steps": 3, **QUIET},
         "model": {
@@ -105,7 +84,7 @@ FAMILIES = {
         },
     },
     "dpsw_flow_2d": {
-        "trainer": {"max_steps": 3, "use_distributed_sampler": False, **QUIET},
+        "trainer": {"max_steps": 3, **QUIET},
         "model": {
             "class_path": "lightning_dpot.methods.DPSWFlowR",
             "init_args": {"num_particles": 300, "num_directions": 20, "noise_scale": 30.0},
