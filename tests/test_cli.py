@@ -81,7 +81,7 @@ def test_a_bad_value_ends_in_one_line_naming_it(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("DPOT_DEBUG", "1")  # the traceback on request
     with pytest.raises(ValueError):
         main(args)
-    with pytest.raises(SystemExit, match="2"):
+    with pytest.raises(FileNotFoundError, match="holds no report.json"):
         main(["report", "/nonexistent/run"])
 
 

@@ -88,16 +88,21 @@ def test_config_is_found_by_walking_up_from_the_checkpoint(tmp_path):
     assert find_run_config(nested / "last.ckpt") == tmp_path / "run" / "config.yaml"
 
 
-def test_errors_name_what_is_missing(fitted_run, tmp_path, capsys):
+def test_errors_name_what_is_missing_in_one_line(fitted_run, tmp_path, capsys):
+    for args, named in (
+        (["--ckpt", str(tmp_path / "nope.ckpt"), "--num", "2", "--grid", "x.png"], "nope.ckpt"),
+        (["--ckpt", str(fitted_run), "--num", "2"], "--output"),
+        (["--ckpt", str(fitted_run), "--num", "0", "--grid", "x.png"], "num"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["sample", *args])
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("dpot sample: error: "), err
+        assert named in err
     with pytest.raises(SystemExit):
-        main(["sample", "--ckpt", str(tmp_path / "nope.ckpt"), "--num", "2", "--grid", "x.png"])
-    assert "nope.ckpt" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["sample", "--ckpt", str(fitted_run), "--num", "2"])
-    assert "--output" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["sample", "--ckpt", str(fitted_run), "--num", "0", "--grid", "x.png"])
-    assert "num" in capsys.readouterr().err
+        main(["report", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds no report.json" in err
     lonely = tmp_path / "lonely.ckpt"
     lonely.write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="--config"):
@@ -239,7 +244,7 @@ def test_png_dir_is_refused_for_points_and_for_a_folder_in_use(
         _sample(points_run, capsys, "--num", "4", "--format", "png-dir", "--output", str(folder))
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--format png-dir" in err and "records of shape (2,)" in err
-    assert err.endswith("accepted --format for this model: pt, npz")
+    assert "accepted --format for this model: pt, npz  (DPOT_DEBUG" in err
     assert not folder.exists()
     used = tmp_path / "used"
     used.mkdir()

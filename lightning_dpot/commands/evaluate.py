@@ -274,10 +274,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def main(argv: list[str]) -> None:
     parser = build_parser(argparse.ArgumentParser(prog="dpot evaluate", description=DESCRIPTION))
     args = parser.parse_args(argv)
-    try:
-        record = evaluate(args)
-    except (ValueError, FileNotFoundError) as err:
-        parser.error(str(err))
+    record = evaluate(args)  # a bad value raises: `dpot` prints it in one line (lightning_dpot.cli)
     if not args.no_report:
         report = args.report
         if report is None and "config" in record:

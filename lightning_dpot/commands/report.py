@@ -90,5 +90,5 @@ def main(argv: Sequence[str]) -> None:
     args = parser.parse_args(argv)
     path = Path(args.run_dir) / "report.json"
     if not path.is_file():
-        parser.error(f"run_dir={args.run_dir!r} holds no report.json")
+        raise FileNotFoundError(f"run_dir={args.run_dir!r} holds no report.json")
     print(table(json.loads(path.read_text())))
