@@ -16,6 +16,7 @@ from lightning_dpot._version import __version__
 #: Public name → the module that defines it.
 _EXPORTS = {
     # methods
+    "DPMERF": "lightning_dpot.methods",
     "DPSinkhorn": "lightning_dpot.methods",
     "DPSWFlow": "lightning_dpot.methods",
     "DPSWFlowR": "lightning_dpot.methods",

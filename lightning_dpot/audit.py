@@ -27,7 +27,8 @@ its noise halved, which must exceed the claim.
 The ``*_scores`` functions run the product's own code paths
 (:class:`~lightning_dpot.privacy.mechanisms.ldp.LocalRandomizer`,
 :class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`,
-:func:`~lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`) on a worst-case pair
+:func:`~lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`,
+:class:`~lightning_dpot.methods.dp_merf.MeanEmbeddingRelease`) on a worst-case pair
 and return one test statistic per draw, oriented so that larger means D'. See
 ``docs/privacy_audit.md`` and ``benchmarks/audit_privacy.py``.
 """
@@ -43,6 +44,7 @@ from scipy.stats import beta as beta_distribution
 from torch import Tensor
 
 from lightning_dpot.checks import check_probability
+from lightning_dpot.methods.dp_merf import MeanEmbeddingRelease, class_embedding, fourier_features
 from lightning_dpot.methods.dpsw.sensitivity import gaussian_sliced_release
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
 from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
@@ -55,6 +57,8 @@ __all__ = [
     "dp_sinkhorn_canary_gradients",
     "epsilon_lower_bound",
     "ldp_scores",
+    "farthest_embedding_pair",
+    "mean_embedding_scores",
     "sanitizer_scores",
     "sliced_release_scores",
 ]
@@ -224,3 +228,45 @@ def sliced_release_scores(
         release = gaussian_sliced_release(y.expand(draws, -1), theta, sigma, generator)
         out.append(release.double() @ direction.double())
     return out[0], out[1]
+
+
+def farthest_embedding_pair(
+    omega: Tensor, candidates: int = 4000, seed: int = 3
+) -> tuple[tuple[Tensor, int], tuple[Tensor, int]]:
+    """A same-label pair ``(0, x)`` in [−1, 1]^d with ``x`` the seeded candidate whose random
+    features are farthest from those of 0 (up to 2 = Δ; two labels are only √2 apart)."""
+    generator = torch.Generator().manual_seed(seed)
+    x = 2 * torch.rand(candidates, omega.shape[1], generator=generator) - 1
+    phi = fourier_features(torch.cat([torch.zeros(1, omega.shape[1]), x]).double(), omega.double())
+    far = x[int(torch.argmax(torch.linalg.vector_norm(phi[1:] - phi[0], dim=1)))]
+    return (torch.zeros(omega.shape[1]), 0), (far, 0)
+
+
+def mean_embedding_scores(
+    release: MeanEmbeddingRelease,
+    pair: tuple[tuple[Tensor, int], tuple[Tensor, int]],
+    omega: Tensor,
+    num_blocks: int,
+    draws: int,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor]:
+    """DP-MERF's release (Harder et al. 2021) of the one-record data sets ``{pair[0]}`` and
+    ``{pair[1]}`` (each ``(record, label)``; the other records add the same sum to both),
+    ``draws`` times each through ``release``; statistic: projection onto the unit vector from
+    the first record's embedding to the second's."""
+    embeddings = [
+        class_embedding(fourier_features(x.reshape(1, -1).double(), omega.double()),
+                        torch.tensor([y]), num_blocks)
+        for x, y in pair
+    ]  # fmt: skip
+    direction = embeddings[1] - embeddings[0]
+    direction = direction / torch.linalg.vector_norm(direction)
+    scores = []
+    for x, y in pair:
+        records, labels = x.unsqueeze(0), torch.tensor([y])
+        s = torch.empty(draws, dtype=torch.float64)
+        for i in range(draws):
+            s[i] = (release(records, labels, omega, num_blocks, (-1.0, 1.0), generator)
+                    * direction).sum()  # fmt: skip
+        scores.append(s)
+    return scores[0], scores[1]

@@ -188,7 +188,13 @@ def test_suite_errors_name_the_key_and_the_accepted_values(tmp_path):
         ({"delta": 2}, r"delta must lie in \(0, 1\)"),
         ({"colour": "red"}, "unknown keys"),
         ({"evaluation": {"fid_at_home": 1}}, "evaluation has unknown keys"),
-    ):
+        ({"published": [{"method": "gan", "reference": "x", "epsilon": 1, "metrics": {"fid": 1}}]},
+         r"published\[0\]\.method='gan' is not a method of the suite"),
+        ({"published": [{"method": "dpswflow_r", "reference": "x", "epsilon": 1,
+                         "metrics": {"inception_score": 9}}]},
+         r"published\[0\]\.metrics\.inception_score: unknown metric"),
+        ({"differences": [["size", "28"]]}, r"differences must be a list of \[aspect"),
+    ):  # fmt: skip
         path = tmp_path / "bad.yaml"
         path.write_text(yaml.safe_dump({**good, **change}))
         with pytest.raises(ValueError, match=message):
@@ -200,13 +206,18 @@ def test_suite_errors_name_the_key_and_the_accepted_values(tmp_path):
         load_suite(path)
 
 
-@pytest.mark.parametrize("name", ["two_d", "mnist_shipped", "fashion_full", "fashion_gpu_playbook"])
+@pytest.mark.parametrize(
+    "name",
+    ["two_d", "mnist_shipped", "fashion_cpu", "fashion_cpu_recipes", "fashion_cpu_steps",
+     "fashion_full", "fashion_gpu_playbook"],
+)  # fmt: skip
 def test_every_method_of_the_shipped_suites_builds_with_the_cells_overrides(name, tmp_path):
     if name.startswith("fashion") and not Path("/usr/share/datasets/fashion-mnist").is_dir():
         pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
     suite = load_suite(REPO / "configs" / "compare" / f"{name}.yaml")
     assert sorted(path.stem for path in (REPO / "configs" / "compare").glob("*.yaml")) == [
-        "fashion_full", "fashion_gpu_playbook", "mnist_shipped", "two_d"
+        "fashion_cpu", "fashion_cpu_recipes", "fashion_cpu_steps", "fashion_full",
+        "fashion_gpu_playbook", "mnist_shipped", "two_d",
     ]  # fmt: skip
     for method, spec in suite.methods.items():
         cell = next(c for c in suite.cells() if c.method == method)
@@ -219,6 +230,25 @@ def test_every_method_of_the_shipped_suites_builds_with_the_cells_overrides(name
     for prepare in suite.prepare.values():
         args = ["--config", str(prepare.config), *suite.overrides(prepare.set, values)]
         run_lightning([*args, "--trainer.logger=false"], run=False)
+
+
+def test_published_numbers_sit_beside_the_same_metric_only(tmp_path):
+    suite = load_suite(REPO / "configs" / "compare" / "fashion_cpu.yaml")
+    row = {
+        "source": "fashion_mnist", "method": "dp_sinkhorn", "notion": "central",
+        "target_epsilon": 10.0, "epsilon": (9.99, 0.0), "delta": 1e-5, "accountant": "rdp",
+        "adjacency": "add/remove-one", "shuffled_central_epsilon": None, "seeds": [0, 1, 2],
+        "metrics": {"utility_cnn": (0.42, 0.03), "fd_classifier": (300.0, 5.0)},
+        "fit_seconds": 3.0, "sampling_seed_is_public": False, "exceeds_target": False,
+    }  # fmt: skip
+    table = markdown_table(suite, [row])
+    cao = "Cao et al. 2021, Table 1"
+    assert f"| dp_sinkhorn | {cao} | 10 | CNN accuracy | 0.711 | 0.42 ± 0.03 |" in table
+    # the published FID is never set beside the classifier FD
+    assert "| FID (Inception) | 128.3 | not measured |" in table
+    merf = f"| dp_merf | {cao} (DP-MERF run by Cao et al.) | 10 | CNN accuracy | 0.754 |"
+    assert f"{merf} not run |" in table
+    assert "| image size |" in table
 
 
 def test_markdown_groups_by_notion_with_the_reason(tmp_path):

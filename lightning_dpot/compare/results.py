@@ -11,12 +11,14 @@ import importlib
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from lightning_dpot.compare.published import published_table
 from lightning_dpot.compare.suite import Cell, Suite
 from lightning_dpot.grids import save_figure
 
@@ -193,6 +195,7 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
                 cells.append(f"{row['fit_seconds']:.1f}")
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
+    lines += published_table(suite.published, suite.differences, rows)
     return "\n".join(lines)
 
 
@@ -338,6 +341,8 @@ def comparison_record(suite: Suite, cells: list[dict], rows: list[dict]) -> dict
             "notions": NOTION_NOTE,
             "cells_are_separate_releases": CELLS_NOTE,
         },
+        "published": [asdict(entry) for entry in suite.published],
+        "differences": [list(row) for row in suite.differences],
         "rows": rows,
         "cells": cells,
     }

@@ -20,6 +20,9 @@ A suite file (``configs/compare/<suite>.yaml``) reads::
     prepare:                    # optional: non-private runs done once, before the grid
       autoencoder: {config: mnist_shipped/autoencoder.yaml, set: {...}}
     evaluation: {num_samples: 2000, w2: {subsample: 200, repeats: 10}, manifold: true}
+    published: [...]            # optional: numbers from the papers, shown beside the suite's
+    differences: [...]          # optional: [aspect, the papers, this suite] rows
+                                # (:mod:`lightning_dpot.compare.published`)
 
 A ``set`` value that is exactly ``"{epsilon}"``, ``"{delta}"``, ``"{source}"`` or ``"{seed}"``
 is replaced by that value (a number, or the source's mapping); other strings are formatted with
@@ -42,6 +45,11 @@ from typing import Any
 
 import yaml
 
+from lightning_dpot.compare.published import (
+    PublishedResult,
+    parse_differences,
+    parse_published,
+)
 from lightning_dpot.metrics.selection import METRICS, MetricSelection
 from lightning_dpot.resources import resolve_path
 
@@ -51,7 +59,7 @@ _WHOLE_VALUE = re.compile(r"^\{(epsilon|delta|source|seed)\}$")
 _EVALUATORS = ("num_samples", "w2", "manifold", "frechet", "utility", "grid")
 _KEYS = (
     "name", "description", "epsilons", "delta", "seeds", "sources", "methods", "prepare",
-    "evaluation",
+    "evaluation", "published", "differences",
 )  # fmt: skip
 
 
@@ -102,6 +110,8 @@ class Suite:
     prepare: dict[str, PrepareSpec] = field(default_factory=dict)
     evaluation: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    published: tuple[PublishedResult, ...] = ()
+    differences: tuple[tuple[str, str, str], ...] = ()
 
     def cells(self) -> list[Cell]:
         """Every cell, ordered by ε, then seed, then source and method (so an interrupted run
@@ -235,6 +245,11 @@ def load_suite(path: str | Path) -> Suite:
         suite_metrics(evaluation)
     except ValueError as err:
         raise _fail(path, f"evaluation: {err}") from None
+    try:
+        published = parse_published(raw.get("published"), methods)
+        differences = parse_differences(raw.get("differences"))
+    except ValueError as err:
+        raise _fail(path, str(err)) from None
     return Suite(
         name=str(raw.get("name", path.stem)),
         path=path.resolve(),
@@ -246,6 +261,8 @@ def load_suite(path: str | Path) -> Suite:
         prepare=prepare,
         evaluation=dict(evaluation),
         description=str(raw.get("description", "")).strip(),
+        published=published,
+        differences=differences,
     )
 
 

@@ -64,9 +64,8 @@ from lightning_dpot.checks import (
     check_positive_int,
 )
 from lightning_dpot.data.poisson import PoissonBatchSampler
-from lightning_dpot.data.protocols import CentralPrivateData, require_data
-from lightning_dpot.methods.base import GeneratorModule, log_sinkhorn_info
-from lightning_dpot.nn.samplers import ConditionalGeneratorSampler, LatentSampler
+from lightning_dpot.methods.base import log_sinkhorn_info
+from lightning_dpot.methods.conditional import ConditionalGeneratorModule
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
 from lightning_dpot.ot.precision import upcast
 from lightning_dpot.ot.sinkhorn import NEWTON_MAX_POINTS
@@ -81,7 +80,7 @@ from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitiz
 __all__ = ["DPSinkhorn"]
 
 
-class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
+class DPSinkhorn(ConditionalGeneratorModule, ReleasesPrivateData):
     """DP-Sinkhorn (Cao et al. 2021, Algorithm 1; module docstring).
 
     Args:
@@ -133,7 +132,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         noise_seed: int | None = None,
         secure_rng: bool = False,
     ) -> None:
-        super().__init__(generator, latent_range=latent_range, lr=lr)
+        super().__init__(generator, conditional, latent_range=latent_range, lr=lr)
         self.save_hyperparameters(ignore=["generator"])
         sigma = (
             0.0
@@ -158,19 +157,12 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         self.l1_weight = check_nonnegative("l1_weight", l1_weight)
         self.entropic_reg = check_positive("entropic_reg", entropic_reg)
         self.class_weight = check_nonnegative("class_weight", class_weight)
-        self.conditional = bool(conditional)
         self.num_cross = None if num_cross is None else check_positive_int("num_cross", num_cross)
         self.weight_decay = check_nonnegative("weight_decay", weight_decay)
         self.betas = (float(betas[0]), float(betas[1]))
         self.scaling = float(scaling)
-        self.num_classes: int | None = None
         self.sample_rate: float | None = None
         self.poisson_seed_is_public: bool | None = None  # known at setup
-        if self.conditional and not hasattr(generator, "num_classes"):
-            raise ValueError(
-                f"conditional=True needs a generator with num_classes and forward(z, labels), "
-                f"got {type(generator).__name__}"
-            )
 
     # -- privacy contract -----------------------------------------------------------------------
     @override
@@ -217,105 +209,13 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         self.check_restored_plan(checkpoint.get("privacy_plan"))
         self.sanitizer.events.load_state_dict(checkpoint["privacy_releases"])
 
-    # -- generation -----------------------------------------------------------------------------
-    def sample_labels(self, n: int, generator: torch.Generator | None = None) -> Tensor:
-        """l_i ~ Unif{0, …, L−1} (Algorithm 1), on the module's device, drawn from
-        ``generator`` (on its own device) when given."""
-        assert self.num_classes is not None
-        if generator is None:
-            return torch.randint(self.num_classes, (n,), device=self.device)
-        labels = torch.randint(self.num_classes, (n,), generator=generator, device=generator.device)
-        return labels.to(self.device)
-
-    def balanced_labels(self, n: int) -> Tensor:
-        """Labels ``⌊i·L/n⌋``, i < n: contiguous equal blocks, one per class (grid rows)."""
-        assert self.num_classes is not None
-        return torch.arange(n, device=self.device) * self.num_classes // max(n, 1)
-
-    @override
-    def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
-        """Images for latents ``z``; conditional models take ``labels`` (default
-        :meth:`balanced_labels`, so that a grid with L images per row shows one class per row)."""
-        if not self.conditional:
-            return self.generator(z)
-        if labels is None:
-            if self.num_classes is None:
-                self.num_classes = int(self.generator.num_classes)
-            labels = self.balanced_labels(z.shape[0])
-        return self.generator(z, labels.to(z.device))
-
-    @override
-    @torch.no_grad()
-    def sample_labeled(
-        self, n: int, *, generator: torch.Generator | None = None, batch_size: int = 10_000
-    ) -> tuple[Tensor, Tensor]:
-        """``n`` images with uniform random labels, on the CPU (post-processing, no privacy
-        cost), for downstream-utility evaluation (Cao et al. 2021, App. D.2)."""
-        if not self.conditional:
-            return super().sample_labeled(n, generator=generator)
-        if self.num_classes is None:
-            self.num_classes = int(self.generator.num_classes)
-        was_training = self.training
-        self.eval()
-        images, labels = [], []
-        try:
-            for i in range(0, n, batch_size):
-                k = min(batch_size, n - i)
-                lab = self.sample_labels(k, generator)
-                images.append(self(self.sample_latent(k, generator), lab).cpu())
-                labels.append(lab.cpu())
-        finally:
-            self.train(was_training)
-        return torch.cat(images), torch.cat(labels)
-
-    @override
-    def standalone_sampler(self) -> LatentSampler:
-        """G(z, y) with y ~ Unif{0, …, L−1} and z ~ Unif[latent_range]^latent_dim when
-        conditional (:func:`~lightning_dpot.export.export_generator`), else G(z)."""
-        if not self.conditional:
-            return super().standalone_sampler()
-        low, high = self.latent_range
-        num_classes = self.num_classes or int(self.generator.num_classes)
-        latent_dim = self.generator.latent_dim
-        return ConditionalGeneratorSampler(
-            self.generator, num_classes, latent_dim, "uniform", low, high
-        )
-
     # -- Lightning ------------------------------------------------------------------------------
     @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
             return
-        require_data(datamodule, CentralPrivateData, type(self).__name__)
-        datamodule.setup(stage)  # idempotent; the rate may depend on N (expected_batch_size)
-        shape = tuple(datamodule.sample_shape)
-        if self.conditional:
-            if datamodule.num_classes is None:
-                raise ValueError(
-                    "conditional=True but the data source declares no labels (num_classes=None)"
-                )
-            if int(self.generator.num_classes) != int(datamodule.num_classes):
-                raise ValueError(
-                    f"generator.num_classes={self.generator.num_classes} must equal the data's "
-                    f"num_classes={datamodule.num_classes}"
-                )
-            self.num_classes = int(datamodule.num_classes)
-        was_training = self.generator.training
-        self.generator.eval()
-        with torch.no_grad():
-            z = torch.zeros(2, self.generator.latent_dim)
-            out = (
-                self.generator(z, torch.zeros(2, dtype=torch.long))
-                if self.conditional
-                else (self.generator(z))
-            )
-        self.generator.train(was_training)
-        if tuple(out.shape[1:]) != shape:
-            raise ValueError(
-                f"the generator outputs records of shape {tuple(out.shape[1:])}, but the data "
-                f"has shape {shape}; set the generator's output shape to match"
-            )
+        shape = self.check_central_data(datamodule)
         if self.private:
             self.sample_rate = float(datamodule.sample_rate)
             # Masks from a public seed are known: no amplification by sampling is claimed.
@@ -383,7 +283,7 @@ class DPSinkhorn(GeneratorModule, ReleasesPrivateData):
         labels = self.sample_labels(n_total) if self.conditional else None
         # The generator runs in the trainer's precision; the loss, its gradient G and the
         # release G̃ in at least float32 (docs/performance.md#mixed-precision).
-        fake = upcast(self.generator(z, labels) if self.conditional else self.generator(z))
+        fake = upcast(self.generate(z, labels))
         if self.private and fake.requires_grad:
             rank = int(self.global_rank)
             fake.register_hook(lambda grad: self.sanitizer(grad, n, rank=rank))

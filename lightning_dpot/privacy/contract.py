@@ -8,9 +8,10 @@ The flow, in one line per part::
   (σ, sensitivity), performs the release, and emits one typed event
   (:mod:`lightning_dpot.privacy.events`) per call into its ``events`` log. It declares the event
   each call emits as ``event`` (``None`` when not private) and what the report needs as
-  ``facts()``. The package has two: :class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.
-  GradientSanitizer` (DP-Sinkhorn) and :class:`~lightning_dpot.methods.dpsw.sliced_release.
-  SlicedGaussianRelease` (the DPSW methods).
+  ``facts()``. The package has three: :class:`~lightning_dpot.privacy.mechanisms.
+  gradient_sanitizer.GradientSanitizer` (DP-Sinkhorn), :class:`~lightning_dpot.methods.dpsw.
+  sliced_release.SlicedGaussianRelease` (the DPSW methods) and :class:`~lightning_dpot.methods.
+  dp_merf.MeanEmbeddingRelease` (DP-MERF).
 * A **method** subclasses :class:`ReleasesPrivateData` and names its release objects in
   :meth:`~ReleasesPrivateData.privacy_releases`. That is all it must write; the mixin derives
   the rest. Its optional :meth:`~ReleasesPrivateData.privacy_context` adds facts about the
@@ -38,6 +39,7 @@ from lightning_dpot.privacy.events import EventLog, PrivacyEvent, SubsampledGaus
 
 __all__ = [
     "PrivacyUpdate",
+    "check_release_before_training",
     "Release",
     "ReleasesPrivateData",
     "check_fixed_accumulation",
@@ -138,12 +140,13 @@ class ReleasesPrivateData:
     def next_step_events(self) -> list[PrivacyEvent]:
         """The events one training batch will emit, for the budget's look-ahead. Default: one
         call of every private release object per batch; a method whose steps release nothing
-        (DPSWflow releases once, before training) returns ``[]``."""
+        (DPSWflow and DP-MERF release once, before training) returns ``[]``."""
         return [r.event for r in self.privacy_releases() if r.is_private and r.event is not None]
 
     def planned_events(self) -> list[PrivacyEvent]:
-        """Events the module will emit before its first training step (DPSWflow's one release),
-        so that a budget can refuse them before any noise is drawn. Default: none."""
+        """Events the module will emit before its first training step (the one release of
+        DPSWflow or DP-MERF), so that a budget can refuse them before any noise is drawn.
+        Default: none."""
         return []
 
     def privacy_update(self) -> PrivacyUpdate:
@@ -208,6 +211,35 @@ class ReleasesPrivateData:
             "delta": self.privacy_delta(),
             "planned_releases": self.planned_release_count,
         }
+
+
+def check_release_before_training(module: Any) -> None:
+    """Before a module releases once in ``on_fit_start`` (DPSWflow, DP-MERF): warn when no
+    accountant is attached, and refuse a fit whose release would not be accounted — one that
+    trains no batch (``max_steps``/``max_epochs``/``limit_train_batches`` 0: the accountant
+    composes and reports from the training hooks), or a strategy that restores a checkpoint
+    after ``on_fit_start`` (FSDP, DeepSpeed: the release would be drawn before the checkpoint
+    that already holds one is read).
+
+    Raises:
+        ValueError: naming the setting, before any noise is drawn.
+    """
+    trainer = module.trainer
+    warn_if_unaccounted(module)
+    name = type(module).__name__
+    if 0 in (trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches):
+        raise ValueError(
+            f"{name} releases once before training, but this fit trains no batch "
+            f"(max_steps={trainer.max_steps}, max_epochs={trainer.max_epochs}, "
+            f"limit_train_batches={trainer.limit_train_batches}): the release would not be "
+            "accounted. Train at least one batch"
+        )
+    if trainer.ckpt_path is not None and trainer.strategy.restore_checkpoint_after_setup:
+        raise ValueError(
+            f"{name} cannot resume under {type(trainer.strategy).__name__}: it restores the "
+            "checkpoint after the fit starts, so the release the checkpoint holds would be drawn "
+            "again. Resume with a strategy that restores before setup (e.g. ddp, auto)"
+        )
 
 
 def warn_if_unaccounted(module: ReleasesPrivateData) -> None:

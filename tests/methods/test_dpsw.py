@@ -511,6 +511,19 @@ def test_a_target_the_one_release_would_exceed_is_refused_before_it_is_drawn(tmp
     assert release_spy == [] and model.mechanism_calls == 0 and not bool(model.released)
 
 
+@pytest.mark.parametrize("setting", [{"limit_train_batches": 0}, {"max_epochs": 0}])
+def test_the_one_release_is_refused_in_a_fit_that_trains_no_batch(tmp_path, release_spy, setting):
+    """Nothing would compose or report it: refused before the noise is drawn."""
+    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_scale=0.5)
+    trainer = L.Trainer(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, accelerator="cpu",
+        default_root_dir=str(tmp_path), callbacks=[PrivacyAccountantCallback()], **setting,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="trains no batch"):
+        trainer.fit(model, _toy())
+    assert release_spy == [] and model.mechanism_calls == 0
+
+
 def test_dpswgen_target_epsilon_counts_every_accumulated_release(tmp_path):
     """σ from target_epsilon is calibrated for max_steps × accumulate_grad_batches releases."""
     from lightning_dpot.nn import MLPGenerator

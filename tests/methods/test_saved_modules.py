@@ -25,6 +25,7 @@ from lightning_dpot.data import (
 )
 from lightning_dpot.data.latent import PublicSplitDataModule
 from lightning_dpot.methods import (
+    DPMERF,
     AutoencoderModule,
     DPSinkhorn,
     DPSWFlow,
@@ -212,6 +213,14 @@ def _dp_sinkhorn() -> tuple[L.LightningModule, L.LightningDataModule]:
     return model, CentralDPDataModule(Records((1, 8, 8), n=100), sample_rate=0.2, seed=0)
 
 
+def _dp_merf() -> tuple[L.LightningModule, L.LightningDataModule]:
+    generator = ConditionalDCGANGenerator(
+        10, latent_dim=4, embed_dim=2, image_size=8, hidden_channels=(8, 8, 8)
+    )
+    model = DPMERF(generator, noise_scale=1.0, num_frequencies=50, length_scale=4.0)
+    return model, CentralDPDataModule(Records((1, 8, 8), n=100), sample_rate=0.2, seed=0)
+
+
 def _entropic_wgan(root: Path) -> tuple[L.LightningModule, L.LightningDataModule]:
     dm = PrivatizedDataModule(
         Records(n=200), "gaussian", epsilon=5.0, delta=1e-4, batch_size=50,
@@ -229,6 +238,7 @@ def _noisy_wgan(root: Path) -> tuple[L.LightningModule, L.LightningDataModule]:
 
 GENERATORS: dict[str, Callable[[Path], tuple[L.LightningModule, L.LightningDataModule]]] = {
     "DPSinkhorn": lambda root: _dp_sinkhorn(),
+    "DPMERF": lambda root: _dp_merf(),
     "EntropicWGAN": _entropic_wgan,
     "NoisyWGAN": _noisy_wgan,
 }
@@ -245,6 +255,8 @@ def test_saved_generator_module_holds_no_raw_record_and_still_samples(name: str,
     splits = dm.source.load()
     assert_holds_no_record(blobs + during.saved, splits.train, "raw training records")
     assert_holds_no_record(blobs, splits.test, "held-out records")
+    if name == "DPMERF":
+        assert_holds_no_noise_seed(blobs + during.saved, model)
     if name == "DPSinkhorn":
         assert_holds_no_noise_seed(blobs + during.saved, model)
         # nor statistics of a private solve (sweeps, marginal error tell batches apart): its

@@ -20,9 +20,17 @@ from lightning_dpot.audit import (
     clopper_pearson_upper,
     dp_sinkhorn_canary_gradients,
     epsilon_lower_bound,
+    farthest_embedding_pair,
     ldp_scores,
+    mean_embedding_scores,
     sanitizer_scores,
     sliced_release_scores,
+)
+from lightning_dpot.methods.dp_merf import (
+    SENSITIVITY,
+    MeanEmbeddingRelease,
+    fourier_features,
+    random_frequencies,
 )
 from lightning_dpot.methods.dpsw.sensitivity import sliced_sensitivity
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
@@ -175,5 +183,28 @@ def test_sliced_release_audit_stays_below_claim_and_catches_halved_noise():
         generator = torch.Generator().manual_seed(0)
         scores = sliced_release_scores(theta, sigma / 2 if halve else sigma, DRAWS, generator)
         results[halve] = audit_threshold_test(*scores, delta=delta).epsilon_lower_bound
+    assert results[False] <= realized <= 1.0
+    assert results[True] > realized
+
+
+def test_dp_merf_release_audit_stays_below_claim_and_catches_halved_noise():
+    """DP-MERF's release. The claim uses Δ = 2 (two unit embeddings); the farthest same-label pair
+    this search finds is closer, so the power check is against the ε of the realized distance."""
+    omega = random_frequencies(3, 4, 0.4, seed=0)
+    pair = farthest_embedding_pair(omega)
+    phi = fourier_features(torch.stack([pair[0][0], pair[1][0]]).double(), omega)
+    distance = float((phi[1] - phi[0]).norm())
+    assert math.sqrt(2) < distance <= SENSITIVITY  # worse than two labels (√2 apart)
+    delta, draws = 1e-5, 20_000
+    sigma = gaussian_sigma(1.0, delta, SENSITIVITY)
+    realized = gaussian_epsilon(sigma, delta, distance)
+    results = {}
+    for halve in (False, True):
+        release = MeanEmbeddingRelease(delta, noise_seed=0)
+        release.calibrate(sigma / 2 if halve else sigma)
+        generator = torch.Generator().manual_seed(5)
+        scores = mean_embedding_scores(release, pair, omega, 2, draws, generator)
+        results[halve] = audit_threshold_test(*scores, delta=delta).epsilon_lower_bound
+        assert release.events.total == 2 * draws
     assert results[False] <= realized <= 1.0
     assert results[True] > realized

@@ -35,6 +35,7 @@ from lightning_dpot.ot.sliced import (
     sliced_flow_step,
     sliced_wasserstein,
 )
+from lightning_dpot.privacy.contract import check_release_before_training
 from lightning_dpot.privacy.mechanisms.gaussian import gaussian_sigma
 from lightning_dpot.rng import seeded_generator
 
@@ -312,9 +313,12 @@ class DPSWFlow(_ParticleFlow):
 
     @override
     def on_fit_start(self) -> None:
-        """Release once (rank 0, broadcast), unless a checkpoint already holds the release."""
+        """Release once (rank 0, broadcast), unless a checkpoint already holds the release;
+        refused where it would not be accounted (:func:`~lightning_dpot.privacy.contract.
+        check_release_before_training`)."""
         if bool(self.released):
             return
+        check_release_before_training(self)
         datamodule = self._datamodule()
         theta = self.release.directions(self.dim, seeded_generator(self.seed, STREAM_DIRECTIONS))
         if self.trainer.is_global_zero:
