@@ -14,9 +14,8 @@ own release under DDP, none for a step that released nothing.
   accountant (``"rdp"`` or ``"pld"``; sampling without replacement: RDP only). One run uses one
   scheme (the adjacency relations differ).
 * one :class:`~lightning_dpot.privacy.events.GaussianRelease` (the single release of DPSWflow
-  or DP-MERF) is
-  reported with the analytic Gaussian mechanism's ε; more than one, or mixing it with steps, is
-  refused.
+  or DP-MERF) is reported with the analytic Gaussian mechanism's ε; more than one, or mixing it
+  with steps, is refused.
 * after every batch, the number of composed events must equal what the module's release objects
   counted themselves (restored checkpoints included); a mismatch raises instead of reporting a
   wrong ε.
@@ -33,10 +32,11 @@ What the callback does
   possible when ``min_steps``/``min_epochs`` keep Lightning from stopping). Without a target it
   only accounts and reports;
 * takes the module's own budget: a module that calibrated its noise to ``target_epsilon``
-  (DP-Sinkhorn, the DPSW methods, DP-MERF) has it enforced (the smaller one wins when the callback names
-  its own), δ comes from the release objects, and a callback ``delta`` that differs from theirs
-  is refused (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.privacy_delta`). So
-  the accountant ``dpot fit`` attaches enforces what the method's config promised;
+  (DP-Sinkhorn, the DPSW methods, DP-MERF) has it enforced (the smaller one wins when the
+  callback names its own), δ comes from the release objects, and a callback ``delta`` that
+  differs from theirs is refused (:meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.
+  privacy_delta`). So the accountant ``dpot fit`` attaches enforces what the method's config
+  promised;
 * keeps its state (the composed history) in checkpoints, so ``trainer.fit(ckpt_path=...)``
   continues the count exactly. A checkpoint **without** that state whose module already released
   (``global_step > 0`` or restored release counts) is refused: the earlier releases would go
