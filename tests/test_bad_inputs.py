@@ -26,7 +26,7 @@ from lightning_dpot.data.central import CentralDPDataModule
 from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.data.release import Release
 from lightning_dpot.data.tabular import TensorFile
-from lightning_dpot.methods import DPSinkhorn, DPSWFlow, EntropicWGAN
+from lightning_dpot.methods import DPMERF, DPSinkhorn, DPSWFlow, EntropicWGAN
 from lightning_dpot.metrics.fid import InceptionFID
 from lightning_dpot.metrics.selection import MetricSelection
 from lightning_dpot.nn import MLPGenerator
@@ -144,8 +144,16 @@ CASES = {
         ValueError, r"noise_multiplier must be a finite number > 0, got 0\.0",
     ),
     "negative noise_multiplier": (
-        lambda tmp: DPSinkhorn(_gen(), noise_multiplier=-1.0),
+        lambda tmp: DPSinkhorn(_gen(), noise_multiplier=-1.0, conditional=False),
         ValueError, r"noise_multiplier must be a finite number >= 0, got -1\.0",
+    ),
+    "DP-MERF length_scale = 0": (
+        lambda tmp: DPMERF(_gen(), noise_scale=1.0, length_scale=0.0, conditional=False),
+        ValueError, r"length_scale must be a finite number > 0, got 0\.0",
+    ),
+    "DP-MERF with neither noise nor target": (
+        lambda tmp: DPMERF(_gen(), conditional=False),
+        ValueError, r"give exactly one of noise_scale .* and target_epsilon",
     ),
     "clip_norm = 0": (
         lambda tmp: GradientSanitizer(clip_norm=0.0, noise_multiplier=1.0),
