@@ -359,10 +359,10 @@ class DPMERF(ConditionalGeneratorModule, ReleasesPrivateData):
         """Release once (rank 0, broadcast), unless a checkpoint already holds the release;
         refused where it would not be accounted (:func:`~lightning_dpot.privacy.contract.
         check_release_before_training`)."""
+        warn_if_unaccounted(self)
         if bool(self.released):
-            warn_if_unaccounted(self)
             return
-        check_release_before_training(self)  # warns too when no accountant is attached
+        check_release_before_training(self)
         datamodule = self.trainer.datamodule
         assert self.omega is not None and self.num_records is not None
         if self.trainer.is_global_zero:

@@ -214,8 +214,8 @@ class ReleasesPrivateData:
 
 
 def check_release_before_training(module: Any) -> None:
-    """Before a module releases once in ``on_fit_start`` (DPSWflow, DP-MERF): warn when no
-    accountant is attached, and refuse a fit whose release would not be accounted — one that
+    """Before a module releases once in ``on_fit_start`` (DPSWflow, DP-MERF): refuse a fit whose
+    release would not be accounted — one that
     trains no batch (``max_steps``/``max_epochs``/``limit_train_batches`` 0: the accountant
     composes and reports from the training hooks), or a strategy that restores a checkpoint
     after ``on_fit_start`` (FSDP, DeepSpeed: the release would be drawn before the checkpoint
@@ -225,7 +225,6 @@ def check_release_before_training(module: Any) -> None:
         ValueError: naming the setting, before any noise is drawn.
     """
     trainer = module.trainer
-    warn_if_unaccounted(module)
     name = type(module).__name__
     if 0 in (trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches):
         raise ValueError(

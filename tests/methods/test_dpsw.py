@@ -524,6 +524,25 @@ def test_the_one_release_is_refused_in_a_fit_that_trains_no_batch(tmp_path, rele
     assert release_spy == [] and model.mechanism_calls == 0
 
 
+def test_a_flow_without_an_accountant_warns_once_and_before_its_release(tmp_path, release_spy):
+    model = DPSWFlow(num_particles=16, num_directions=8, directions_per_step=4, noise_scale=0.5)
+    with pytest.warns(UserWarning, match="no PrivacyAccountantCallback") as caught:
+        with pytest.MonkeyPatch.context() as patch:  # the release must not have run yet
+            patch.setattr(sliced_release, "gaussian_sliced_release", _refuse_if_warned(caught))
+            _trainer(tmp_path, 2).fit(model, _toy())
+    assert sum("no PrivacyAccountantCallback" in str(w.message) for w in caught) == 1
+
+
+def _refuse_if_warned(caught):
+    real = sliced_release.gaussian_sliced_release
+
+    def release(*args, **kwargs):
+        assert any("no PrivacyAccountantCallback" in str(w.message) for w in caught)
+        return real(*args, **kwargs)
+
+    return release
+
+
 def test_dpswgen_target_epsilon_counts_every_accumulated_release(tmp_path):
     """σ from target_epsilon is calibrated for max_steps × accumulate_grad_batches releases."""
     from lightning_dpot.nn import MLPGenerator

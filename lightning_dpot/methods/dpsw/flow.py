@@ -316,6 +316,7 @@ class DPSWFlow(_ParticleFlow):
         """Release once (rank 0, broadcast), unless a checkpoint already holds the release;
         refused where it would not be accounted (:func:`~lightning_dpot.privacy.contract.
         check_release_before_training`)."""
+        super().on_fit_start()  # warns when no accountant is attached
         if bool(self.released):
             return
         check_release_before_training(self)

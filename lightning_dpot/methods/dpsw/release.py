@@ -180,5 +180,7 @@ class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
         return self.release.events.total
 
     @override
-    def on_train_start(self) -> None:
+    def on_fit_start(self) -> None:
+        """Warn before any release (DPSWflow releases in ``on_fit_start``) when no accountant
+        is attached."""
         warn_if_unaccounted(self)
