@@ -16,7 +16,8 @@ and the training runs of :mod:`lightning_dpot.training`.
 * ``dpot export RUN_DIR [--ckpt PATH] [--output FILE]`` — the run's generator as one TorchScript
   file that samples with plain torch, its privacy report embedded (``dpot fit`` writes it too,
   as ``generator.pt``).
-* ``dpot report RUN_DIR`` — a run's report.json as a table.
+* ``dpot report RUN_DIR`` — a run's report.json as a table (``--ckpt CKPT``: the releases of a
+  checkpoint).
 * ``dpot compare --config configs/compare/SUITE.yaml`` — methods × ε × seeds on one data set
   with one evaluator set: comparison.json, a table grouped by privacy notion, plots.
 

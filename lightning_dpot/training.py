@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from typing_extensions import override
@@ -110,13 +110,9 @@ class DpotCLI(LightningCLI):
         model = getattr(self, "model", None)
         accounted = any(isinstance(cb, PrivacyAccountantCallback) for cb in trainer.callbacks)
         if isinstance(model, ReleasesPrivateData) and model.is_private and not accounted:
-            # Before the checkpoint callbacks (Lightning keeps them last), so that a checkpoint
-            # saved at the end of a batch holds the accountant's state after that batch.
-            first = next(
-                (i for i, cb in enumerate(trainer.callbacks) if isinstance(cb, Checkpoint)),
-                len(trainer.callbacks),
-            )
-            trainer.callbacks.insert(first, PrivacyAccountantCallback())
+            # First: its batch-end hook drains, checks and commits the batch's releases before
+            # any other callback (a checkpoint, a sample writer) sees what they produced.
+            trainer.callbacks.insert(0, PrivacyAccountantCallback())
         return trainer
 
 

@@ -130,11 +130,12 @@ def _ledger_at(directory: Path):
             os.environ[LEDGER_ENV] = previous
 
 
-@pytest.fixture(scope="session", autouse=True)
-def session_ledger(tmp_path_factory):
-    """A ledger for the whole session, in force before any module-scoped fixture runs, so no
-    test ever writes to the user's own ledger."""
-    with _ledger_at(tmp_path_factory.mktemp("session_ledger")):
+@pytest.fixture(scope="module", autouse=True)
+def module_ledger(tmp_path_factory):
+    """A ledger for each test module, in force before its module-scoped fixtures run, so no
+    test ever writes to the user's own ledger, and the runs of one module never meet the
+    records of another's in a ledger."""
+    with _ledger_at(tmp_path_factory.mktemp("module_ledger")):
         yield
 
 

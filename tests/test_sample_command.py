@@ -2,13 +2,14 @@
 a folder of PNGs, a grid); the model is rebuilt from the run's config.yaml and carries the
 trained weights; a class-conditional generator writes its labels."""
 
+import copy
 import json
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from tiny_runs import dcgan_run
+from tiny_runs import CONDITIONAL_GENERATOR, dcgan_run
 
 from lightning_dpot.cli import main
 from lightning_dpot.commands.sample import find_run_config, load_model
@@ -120,15 +121,7 @@ CONDITIONAL_RUN = {  # DP-Sinkhorn with a class-conditional generator (Cao et al
     "model": {
         "class_path": "lightning_dpot.methods.DPSinkhorn",
         "init_args": {
-            "generator": {
-                "class_path": "lightning_dpot.nn.ConditionalDCGANGenerator",
-                "init_args": {
-                    "num_classes": 10,
-                    "latent_dim": 4,
-                    "image_size": 8,
-                    "hidden_channels": [4, 4, 4],
-                },
-            },
+            "generator": copy.deepcopy(CONDITIONAL_GENERATOR),
             "noise_multiplier": 1.0,
             "delta": 1.0e-5,
         },

@@ -105,8 +105,9 @@ def test_toy_flow_checkpoint_samples_and_evaluates_without_a_new_release(
 
     model, _ = load_model(ckpt)
     assert len(release_spy) == fitted_calls, "sampling / evaluating called the mechanism"
-    assert model.mechanism_calls == state["dpsw_release"]["events"]["total"] == fitted_calls
-    assert model.noise_scale == state["dpsw_release"]["calibration"][0]
+    (release,) = state["privacy"]["releases"]
+    assert model.mechanism_calls == release["events"]["total"] == fitted_calls
+    assert model.noise_scale == release["calibration"][0]
     if cls == "DPSWFlow":  # the one cached release comes back from the checkpoint as saved
         assert bool(model.released)
         for name in ("theta", "release_sorted"):

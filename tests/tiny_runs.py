@@ -17,6 +17,15 @@ DCGAN_MODEL = {
         "latent_range": [0.0, 1.0],
     },
 }
+CONDITIONAL_GENERATOR = {  # the class-conditional DCGAN of the tiny central-DP runs
+    "class_path": "lightning_dpot.nn.ConditionalDCGANGenerator",
+    "init_args": {
+        "num_classes": 10,
+        "latent_dim": 4,
+        "image_size": 8,
+        "hidden_channels": [4, 4, 4],
+    },
+}
 DIGITS_DATA = {
     "class_path": "lightning_dpot.data.PrivatizedDataModule",
     "init_args": {

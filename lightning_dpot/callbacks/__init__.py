@@ -5,6 +5,7 @@ from lightning_dpot.callbacks.evaluation import FIDEvaluation, UtilityEvaluation
 from lightning_dpot.callbacks.ldp_report import LDPPrivacyReport
 from lightning_dpot.callbacks.manifold import ManifoldEvaluation
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
+from lightning_dpot.callbacks.privacy_record import commit_releases
 from lightning_dpot.callbacks.run_report import RunReport
 from lightning_dpot.callbacks.samples import SampleGrid
 
@@ -18,4 +19,5 @@ __all__ = [
     "SampleGrid",
     "UtilityEvaluation",
     "W2Evaluation",
+    "commit_releases",
 ]

@@ -3,6 +3,11 @@
 For locally privatized data the guarantee is fixed when the release is made; training is
 post-processing and spends nothing (Reshetova et al. 2024, Remark 1), so there is nothing to
 accumulate.
+
+The loggers receive the report only as it may leave the machine
+(:func:`~lightning_dpot.privacy.accounting.report.shareable_report`): a logger's files are
+uploaded (``wandb sync``), and the privacy ledger's total and path describe this machine's other
+releases of the same records. ``report.json`` in the run directory keeps the whole report.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from typing_extensions import override
 
 from lightning_dpot.callbacks.scope import outside_the_guarantee
 from lightning_dpot.data.protocols import LocalDPRelease, satisfies
+from lightning_dpot.privacy.accounting.report import shareable_report
 
 
 class LDPPrivacyReport(Callback):
-    """Reads ``trainer.datamodule.privacy_report()`` and logs it as hyperparameters."""
+    """Reads ``trainer.datamodule.privacy_report()`` and logs its shareable form as
+    hyperparameters."""
 
     report_key = "privacy"
 
@@ -25,8 +32,9 @@ class LDPPrivacyReport(Callback):
         report = self._report(trainer)
         if report is None:
             return
+        shared = shareable_report(report)
         for logger in trainer.loggers:
-            logger.log_hyperparams({f"privacy/{k}": v for k, v in report.items()})
+            logger.log_hyperparams({f"privacy/{k}": v for k, v in shared.items()})
 
     def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict | None:
         return self._report(trainer)

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from lightning_dpot.checks import check_positive_int
 from lightning_dpot.commands.checkpoint import load_datamodule
+from lightning_dpot.data.ledger_public import enter_evaluation_use
 from lightning_dpot.data.protocols import LocalDPRelease, held_out_split, satisfies
 from lightning_dpot.generative import draw
 from lightning_dpot.metrics.selection import MetricSelection
@@ -76,6 +77,7 @@ def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | Non
         if source is None:
             raise ValueError("--samples raw-train needs a datamodule with a data source")
         splits = source.load()
+        enter_evaluation_use(datamodule, splits.train, "train")
         return splits.train, splits.train_labels, "raw training split (reference row)"
     if not satisfies(datamodule, LocalDPRelease):
         raise ValueError(
@@ -154,6 +156,8 @@ def _evaluate(args: argparse.Namespace, selection: MetricSelection, bar: tqdm) -
     record["data_config"] = str(data_config)
     datamodule = load_datamodule(data_config)
     reference, reference_labels = held_out_split(datamodule)
+    # The held-out split is read without noise: a public use of those records (data layer).
+    enter_evaluation_use(datamodule, reference, "test")
 
     start = time.perf_counter()
     bar.set_postfix_str("samples")

@@ -4,9 +4,12 @@ The checkpoint is found below ``RUN_DIR`` at any depth (``<run>/checkpoints/`` a
 ``<run>/<project>/<id>/checkpoints/`` alike; the newest ``last.ckpt``, else the newest ``*.ckpt``;
 ``--ckpt`` names one), the module is rebuilt from the run's ``config.yaml``
 (:mod:`lightning_dpot.commands.checkpoint`) and written by
-:func:`~lightning_dpot.export.export_generator` with the ``privacy`` section of the run's
-``report.json`` and its config embedded. ``dpot fit`` writes the same file, ``generator.pt``,
-at the end of every run whose method can be exported. Loading and sampling need torch only::
+:func:`~lightning_dpot.export.export_generator` with its privacy report and the run's config
+embedded. For a central-DP run the report is that of the releases the checkpoint holds
+(:meth:`~lightning_dpot.callbacks.privacy_reports.AccountantReports.report_of_checkpoint`), not
+the run's ``report.json``, which another process of the same run may have written before or
+after it. ``dpot fit`` writes the same file, ``generator.pt``, at the end of every run whose
+method can be exported. Loading and sampling need torch only::
 
     import torch
     generator = torch.jit.load("runs/<run>/generator.pt")
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> dict:
     embedded = export_generator(
         model,
         output,
-        privacy=report.get("privacy"),
+        privacy=checkpoint_privacy(ckpt, report.get("privacy")),
         config=yaml.safe_load(config_path.read_text()),
     )
     return {
@@ -71,6 +74,26 @@ def run(args: argparse.Namespace) -> dict:
         "method": embedded["method"],
         "sampler": embedded["sampler"],
     }
+
+
+def checkpoint_privacy(ckpt: Path, run_privacy: dict | None) -> dict | None:
+    """The privacy section for the exported weights: for a central-DP run, the report of the
+    releases the checkpoint itself holds (``report.json`` may come from another process of the
+    same run, before or after this checkpoint), keeping what the run's report says lies outside
+    the guarantee; otherwise the run's own section (a local-DP release's guarantee does not
+    change with training)."""
+    import torch
+
+    from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
+
+    checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)
+    delta = None if run_privacy is None else run_privacy.get("delta")
+    privacy = PrivacyAccountantCallback.report_of_checkpoint(checkpoint, delta)
+    if privacy is None:
+        return run_privacy
+    if run_privacy is not None:
+        privacy["outside_the_guarantee"] = run_privacy.get("outside_the_guarantee", [])
+    return privacy
 
 
 def main(argv: list[str]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["flatten", "main", "summary"]
+__all__ = ["checkpoint_report", "flatten", "journal_note", "main", "summary"]
 
 
 def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -37,24 +37,79 @@ def table(report: dict) -> str:
     return "\n".join(f"{key:<{width}}  {value}" for key, value in rows)
 
 
+def _ledger_total(privacy: dict) -> str:
+    """The privacy ledger's total over every release of the run's records (local or central),
+    and how many of them were used without noise, as the privacy line ends."""
+    total = (privacy.get("ledger") or {}).get("all_releases_of_these_records")
+    if not total:
+        return ""
+    shown = f"; all releases of these records: ε={total['epsilon']:.4g}"
+    public = total.get("records_used_without_noise")
+    if public:
+        shown += f", and {public} of them used without noise (no ε bounds theirs)"
+    return shown
+
+
 def _privacy_line(report: dict) -> str:
     privacy = report.get("privacy")
     if not privacy:
         return "privacy: none (not a private run)"
     if "kind" in privacy:  # local DP: the release's own guarantee
-        total = (privacy.get("ledger") or {}).get("all_releases_of_these_records")
-        spent = "" if not total else f"; all releases of these records: ε={total['epsilon']:.4g}"
         delta = "" if not privacy.get("delta") else f", δ={privacy['delta']}"  # pure ε-DP
         return (
             f"privacy: local DP, ε={privacy['epsilon']:.4g}{delta} per record "
-            f"({privacy['mechanism']}){spent}"
+            f"({privacy['mechanism']}){_ledger_total(privacy)}"
         )
     epsilon = privacy.get("epsilon")
     shown = f"{epsilon:.4g}" if isinstance(epsilon, float) else str(epsilon)
     return (
         f"privacy: central DP, ε={shown}, δ={privacy.get('delta')}, {privacy.get('adjacency')}, "
         f"{privacy.get('accountant')} accountant, {privacy.get('releases')} releases"
+        f"{_ledger_total(privacy)}"
     )
+
+
+def journal_note(report: dict) -> str | None:
+    """A line when the run's release journal holds more releases than ``report`` states: a later
+    process of the same run (a resume killed before it reported) released after this report was
+    written. ``None`` when they agree or the journal is not on this machine."""
+    from lightning_dpot.privacy.accounting.journal import ReleaseJournal
+
+    privacy = report.get("privacy") or {}
+    path, stated = privacy.get("journal"), privacy.get("releases")
+    if not path or stated is None or not Path(path).is_file():
+        return None
+    try:
+        first = json.loads(Path(path).read_text().split("\n", 1)[0])
+        held = len(ReleaseJournal(path, first["journal"]).read())
+    except (ValueError, KeyError, TypeError):
+        return f"note: the run's release journal {path} cannot be read; it is the record"
+    if held <= stated:
+        return None
+    return (
+        f"note: the run's release journal {path} holds {held} releases, more than the {stated} "
+        "this report states (a later process of the run released after it was written): resume "
+        "the run to report them all; `dpot report --ckpt` states a checkpoint's own releases"
+    )
+
+
+def checkpoint_report(ckpt: str | Path) -> dict:
+    """The privacy report of the releases checkpoint ``ckpt`` holds (its accountant state)."""
+    import torch
+
+    from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
+
+    path = Path(ckpt)
+    if not path.is_file():
+        raise FileNotFoundError(f"ckpt={str(ckpt)!r}: no such checkpoint file")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    privacy = PrivacyAccountantCallback.report_of_checkpoint(checkpoint)
+    if privacy is None:
+        raise ValueError(
+            f"ckpt={str(ckpt)!r} holds no central-DP release (a local-DP run's guarantee is its "
+            "data release's, in the run's report.json)"
+        )
+    return {"checkpoint": str(path), "privacy": privacy}
 
 
 def summary(run_dir: str | Path, max_files: int = 12) -> str:
@@ -64,6 +119,9 @@ def summary(run_dir: str | Path, max_files: int = 12) -> str:
     path = run_dir / "report.json"
     report = json.loads(path.read_text()) if path.is_file() else {}
     lines = [f"run directory: {run_dir}", _privacy_line(report)]
+    note = journal_note(report)
+    if note is not None:
+        lines.append(note)
     ledger = (report.get("privacy") or {}).get("ledger") or {}
     if ledger.get("path"):
         lines.append(
@@ -86,9 +144,21 @@ def main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="dpot report", description="print a run's report.json as a table"
     )
-    parser.add_argument("run_dir", help="a run directory holding report.json")
+    parser.add_argument("run_dir", nargs="?", help="a run directory holding report.json")
+    parser.add_argument(
+        "--ckpt", help="instead: the privacy report of the releases this checkpoint holds"
+    )
     args = parser.parse_args(argv)
+    if (args.run_dir is None) == (args.ckpt is None):
+        raise ValueError("give exactly one of RUN_DIR and --ckpt")
+    if args.ckpt is not None:
+        print(table(checkpoint_report(args.ckpt)))
+        return
     path = Path(args.run_dir) / "report.json"
     if not path.is_file():
         raise FileNotFoundError(f"run_dir={args.run_dir!r} holds no report.json")
-    print(table(json.loads(path.read_text())))
+    report = json.loads(path.read_text())
+    note = journal_note(report)
+    if note is not None:
+        print(note)
+    print(table(report))

@@ -11,7 +11,9 @@ sanitized (a clipped, noised gradient) by a release object that emits the matchi
 :class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback`
 (:mod:`lightning_dpot.privacy.contract`). This module
 never privatizes anything itself, and it has no ``privacy_report()``: the guarantee comes from
-the accountant. The held-out test split (where the source has one) is for evaluation only.
+the accountant. The held-out test split (where the source has one) is for evaluation only:
+used without noise, it is entered in the privacy ledger as a public use when the accountant
+opens the run's entry (:mod:`lightning_dpot.data.ledger_public`).
 
 Validation. :meth:`CentralDPDataModule.setup` refuses non-finite records, records outside the
 source's declared ``[low, high]`` and labels outside ``[0, num_classes)`` in both splits
@@ -45,6 +47,7 @@ from lightning_dpot.checks import (
 )
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
+from lightning_dpot.data.ledger_public import PublicReuse, source_part
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.sources import DataSource, check_source_splits
 
@@ -73,13 +76,18 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         exceed_privacy_budget: run even if the total passes ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
+        public_reuse: ``"refuse"`` (default): a run is refused when the ledger holds one of
+            its training records as used without noise (a DPSW public split, a held-out
+            split), or one of its held-out records as privately released. ``"allow"`` runs
+            anyway, and the ledger says so.
 
     Raises:
         ValueError: naming the parameter: both or neither of ``sample_rate`` and
             ``expected_batch_size``, ``sample_rate`` outside (0, 1], ``expected_batch_size``,
             ``steps_per_epoch`` or ``privacy_budget`` not > 0, a negative ``seed`` or
-            ``num_workers``. At :meth:`setup`: non-finite or out-of-bounds records or bad
-            labels; at :meth:`train_dataloader`: ``expected_batch_size`` > N.
+            ``num_workers``, ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
+            :meth:`setup`: non-finite or out-of-bounds records or bad labels; at
+            :meth:`train_dataloader`: ``expected_batch_size`` > N.
 
     Example::
 
@@ -102,6 +110,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         privacy_budget: float | None = None,
         exceed_privacy_budget: bool = False,
         ledger_dir: str | None = None,
+        public_reuse: PublicReuse = "refuse",
     ) -> None:
         super().__init__()
         if (sample_rate is None) == (expected_batch_size is None):
@@ -129,12 +138,16 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         self.train_labels: Tensor | None = None
         self.test_records: Tensor | None = None
         self.test_labels: Tensor | None = None
-        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir)
+        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir, public_reuse)
 
     @override
     def private_record_keys(self) -> RecordKeys:
         """Ledger keys of every training record (all of them are private)."""
         return self.ledger.training_keys(self.source.load())
+
+    @override
+    def private_record_part(self) -> dict:
+        return source_part(self.source, "train")
 
     # -- public facts the module reads ----------------------------------------------------------
     @property

@@ -3,7 +3,10 @@ App. C).
 
 * :class:`PublicSplitDataModule` (stage 1) serves the **public** part of a seeded public/private
   split (:mod:`lightning_dpot.data.split`) to train the autoencoder; the split is written to
-  ``split_file`` (if given) and into the autoencoder's checkpoint.
+  ``split_file`` (if given) and into the autoencoder's checkpoint. The public part is used
+  without noise: :meth:`~PublicSplitDataModule.setup` enters it in the privacy ledger as a
+  public use (with the held-out split, in a fit), and refuses records the ledger holds as
+  privately released (:mod:`lightning_dpot.data.ledger_public`, ``public_reuse``).
 * :class:`PrivateLatentDataModule` (stage 2) recomputes the split from its own source and seed,
   **refuses** to start if it differs from the one stage 1 saved, encodes the **private** part with
   the frozen public autoencoder into ℓ2-normalized latents (``‖z‖₂ = 1``; the sensitivity bound
@@ -63,20 +66,30 @@ from lightning_dpot.checks import (
     check_unit_ball,
 )
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
+from lightning_dpot.data.ledger import CentralRunLedger, PrivacyLedger, RecordKeys
+from lightning_dpot.data.ledger_public import (
+    PublicReuse,
+    PublicUse,
+    check_public_reuse,
+    held_out_use,
+    source_part,
+    split_part,
+)
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.replicated import replicated_loader
-from lightning_dpot.data.sources import DataSource, check_source_splits
+from lightning_dpot.data.sources import DataSource, DataSplits, check_source_splits
 from lightning_dpot.data.split import (
     SPLIT_CHECKPOINT_KEY,
     PublicPrivateSplit,
     make_public_private_split,
 )
+from lightning_dpot.distributed import rank_world
 from lightning_dpot.rng import seeded_generator
 
 __all__ = ["PrivateLatentDataModule", "PublicDecoder", "PublicSplitDataModule"]
 
 Normalization = Literal["sphere", "ball"]
+PUBLIC_SPLIT_WHY = "served without noise to train the autoencoder (stage 1, Sebag et al. 2023)"
 
 
 def _unit_ball(x: Tensor) -> Tensor:
@@ -111,6 +124,18 @@ class PublicSplitDataModule(L.LightningDataModule):
         split_file: where to write the split as JSON (optional; the split is always saved in
             the autoencoder checkpoint). If the file exists, the split must match it.
         batch_size, num_workers: of the shuffled public loader.
+        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
+            ``~/.local/share/lightning_dpot/ledger``).
+        public_reuse: ``"refuse"`` (default): :meth:`setup` refuses a public split (or, in a
+            fit, a held-out split) of which the ledger holds a record as privately released:
+            training on it without noise would void that release's guarantee. ``"allow"``
+            uses them anyway, and the ledger says so.
+
+    Raises:
+        ValueError: ``batch_size`` < 1, ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
+            :meth:`setup`: invalid records, a split that differs from ``split_file``.
+        PublicReuseError: at :meth:`setup`, records the ledger holds as privately released,
+            with ``public_reuse="refuse"``.
     """
 
     def __init__(
@@ -121,6 +146,8 @@ class PublicSplitDataModule(L.LightningDataModule):
         split_file: str | None = None,
         batch_size: int = 128,
         num_workers: int = 0,
+        ledger_dir: str | None = None,
+        public_reuse: PublicReuse = "refuse",
     ) -> None:
         super().__init__()
         self.source = source
@@ -129,6 +156,8 @@ class PublicSplitDataModule(L.LightningDataModule):
         self.split_file = split_file
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.num_workers = num_workers
+        self.ledger = PrivacyLedger(ledger_dir)
+        self.public_reuse = check_public_reuse(public_reuse)
         self.split: PublicPrivateSplit | None = None
         self.public_records: Tensor | None = None
         self.test_records: Tensor | None = None
@@ -147,16 +176,39 @@ class PublicSplitDataModule(L.LightningDataModule):
         split = make_public_private_split(
             splits.train, self.public_fraction, self.split_seed, self.source.describe()
         )
-        if self.split_file is not None:
-            path = Path(self.split_file)
-            if path.is_file():
-                split.check_matches(PublicPrivateSplit.load(path), f"split_file={str(path)!r}")
-            else:
-                split.save(path)
+        path = None if self.split_file is None else Path(self.split_file)
+        if path is not None and path.is_file():
+            split.check_matches(PublicPrivateSplit.load(path), f"split_file={str(path)!r}")
+        public = torch.tensor(split.public, dtype=torch.long)
+        if rank_world()[0] == 0:
+            self._enter_public_uses(splits, public)
+        if path is not None and not path.is_file():
+            split.save(path)
         self.split = split
-        self.public_records = splits.train[torch.tensor(split.public, dtype=torch.long)]
+        self.public_records = splits.train[public]
         self.test_records, self.test_labels = splits.test, splits.test_labels
         del splits  # the private records are not kept by stage 1
+
+    def _enter_public_uses(self, splits: DataSplits, public: Tensor) -> None:
+        """Enter the public split (and, in a fit, the held-out split) in the privacy ledger as
+        used without noise, before any of it is served."""
+        which = (
+            f"the public split of {type(self.source).__name__} (public_fraction="
+            f"{self.public_fraction}, split_seed={self.split_seed})"
+        )
+        part = split_part(self.source, "public", self.public_fraction, self.split_seed)
+        uses = [
+            PublicUse(
+                self.ledger.training_keys(splits, public), which, PUBLIC_SPLIT_WHY,
+                type(self).__name__, part,
+            )
+        ]  # fmt: skip
+        if self.trainer is not None:
+            held_out = held_out_use(
+                self.ledger.record_keys, self.source, splits.test, type(self).__name__
+            )
+            uses += [] if held_out is None else [held_out]
+        self.ledger.record_public(uses, self.public_reuse)
 
     @override
     def train_dataloader(self) -> DataLoader:
@@ -221,12 +273,18 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         exceed_privacy_budget: run even if the total passes ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
+        public_reuse: ``"refuse"`` (default): a run is refused when the ledger holds one of
+            its private records as used without noise (another split's public part, a
+            held-out split), or one of its held-out records as privately released. The public
+            part of the same split is no reuse. ``"allow"`` runs anyway, and the ledger says
+            so.
 
     Raises:
         ValueError: naming the parameter: ``autoencoder`` without ``autoencoder_checkpoint``
             or the reverse, an unknown ``normalize``, both ``sample_rate`` and ``batch_size``,
             ``sample_rate`` outside (0, 1], ``batch_size``, ``steps_per_epoch`` or
-            ``encode_batch_size`` < 1, a negative ``seed``, ``privacy_budget`` not > 0. At
+            ``encode_batch_size`` < 1, a negative ``seed``, ``privacy_budget`` not > 0,
+            ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
             :meth:`setup`: invalid records, a checkpoint without a split, or latents outside
             the unit ball.
         SplitMismatchError: at :meth:`setup`, a split that differs from stage 1's (a
@@ -260,6 +318,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         privacy_budget: float | None = None,
         exceed_privacy_budget: bool = False,
         ledger_dir: str | None = None,
+        public_reuse: PublicReuse = "refuse",
     ) -> None:
         super().__init__()
         if (autoencoder is None) != (autoencoder_checkpoint is None):
@@ -306,7 +365,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         self.test_labels: Tensor | None = None
         if self.autoencoder is not None:
             self.autoencoder.requires_grad_(False)
-        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir)
+        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir, public_reuse)
 
     @override
     def private_record_keys(self) -> RecordKeys:
@@ -317,6 +376,12 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
             return self.ledger.training_keys(splits)
         split = make_public_private_split(splits.train, self.public_fraction, self.split_seed)
         return self.ledger.training_keys(splits, torch.tensor(split.private, dtype=torch.long))
+
+    @override
+    def private_record_part(self) -> dict:
+        if self.autoencoder is None:
+            return source_part(self.source, "train")
+        return split_part(self.source, "private", self.public_fraction, self.split_seed)
 
     # -- facts the modules read ------------------------------------------------------------------
     @property

@@ -6,7 +6,8 @@ Every record is privatized exactly once by a
 with its metadata. Every later ``setup`` — other DDP ranks, a resumed run, a second run with the
 same configuration — loads the cached release and never draws noise again (redrawing would let an
 observer average the noise away). Raw training records are dropped as soon as the release exists; a
-raw held-out test split, where the source has one, is kept for evaluation only.
+raw held-out test split, where the source has one, is kept for evaluation only, and in a fit is
+entered in the privacy ledger as a public use (:mod:`lightning_dpot.data.ledger_public`).
 
 Alternatively ``release_path`` points at a file written by ``dpot privatize``: the trainer then
 never sees raw data, which is the real LDP deployment. The file's metadata fixes the mechanism,
@@ -36,7 +37,13 @@ from typing_extensions import override
 from lightning_dpot._version import __version__
 from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger
+from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger, PublicUse
+from lightning_dpot.data.ledger_public import (
+    PublicReuse,
+    check_public_reuse,
+    held_out_use,
+    source_part,
+)
 from lightning_dpot.data.protocols import check_before_release
 from lightning_dpot.data.release import (
     Release,
@@ -150,17 +157,25 @@ class PrivatizedDataModule(L.LightningDataModule):
         exceed_privacy_budget: make a release that takes the total past ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
+        public_reuse: ``"refuse"`` (default): a release is refused when the ledger holds one
+            of its records as used without noise (a DPSW public split, a held-out split), and a
+            fit when it holds one of its held-out records as privately released. ``"allow"``
+            releases (or evaluates) anyway, and the ledger says so.
 
     Raises:
         ValueError: naming the parameter: neither ``source`` nor ``release_path``, an unknown
             ``mechanism``, both or neither of ``epsilon`` and ``noise_scale``, ``delta``
             missing for the Gaussian mechanism or given for the Laplace one, ``seed`` with
             ``secure_rng``, ``batch_size`` < 1, ``privacy_budget`` not > 0, a bad ``denoise``
-            setting, ``shuffle_delta`` with the Gaussian mechanism, or an argument that differs
-            from the ``release_path`` file's. When privatizing (:meth:`prepare_data`): records
-            that are non-finite or outside the source's bounds.
+            setting, ``shuffle_delta`` with the Gaussian mechanism, ``public_reuse`` not
+            ``"refuse"`` or ``"allow"``, or an argument that differs from the ``release_path``
+            file's. When privatizing (:meth:`prepare_data`): records that are non-finite or
+            outside the source's bounds.
         PrivacyBudgetError: when privatizing, a new release that would take the records'
             total ε past ``privacy_budget`` (:mod:`lightning_dpot.data.ledger`).
+        PublicReuseError: before privatizing (or, in a fit, at :meth:`setup`), records used
+            without noise before, or held-out records released privately before, with
+            ``public_reuse="refuse"``.
 
     Example::
 
@@ -197,6 +212,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         privacy_budget: float | None = None,
         exceed_privacy_budget: bool = False,
         ledger_dir: str | None = None,
+        public_reuse: PublicReuse = "refuse",
     ) -> None:
         super().__init__()
         # One release for the whole run: only global rank 0 privatizes (setup refuses on another
@@ -207,6 +223,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             None if privacy_budget is None else check_epsilon("privacy_budget", privacy_budget)
         )
         self.exceed_privacy_budget = bool(exceed_privacy_budget)
+        self.public_reuse = check_public_reuse(public_reuse)
         self.ledger_total: LedgerTotal | None = None
         self.ledger_keying: str | None = None
         given = {
@@ -269,6 +286,11 @@ class PrivatizedDataModule(L.LightningDataModule):
         else:
             self._load_release_file(self.release_path)
             self._check_given_matches_release(given)
+        if denoise is not None and len(self.sample_shape) != 3:  # before any release
+            raise ValueError(
+                "denoise='wavelet' needs image records (C, H, W), got sample_shape="
+                f"{self.sample_shape}"
+            )
         self.shuffle_delta = shuffle_delta
         if shuffle_delta is not None:
             check_delta("shuffle_delta", shuffle_delta)
@@ -333,11 +355,14 @@ class PrivatizedDataModule(L.LightningDataModule):
                 "mechanism": mech.name,
                 "config_key": config_key(self._release_config()),
                 "cache": str(self.cache_path()),
+                "partition": source_part(self.source, "train"),
             },
             self.privacy_budget,
             self.exceed_privacy_budget,
             "Reuse the cached release (same configuration and cache_dir), raise privacy_budget, "
             "or set exceed_privacy_budget=True to spend it deliberately",
+            self.public_reuse,
+            self._held_out_uses(splits.test),
         )
         generator = SecretNoise(self.seed, self.secure_rng).source()
         # The release is stored in a secret uniformly random order: the trainer receives
@@ -384,7 +409,9 @@ class PrivatizedDataModule(L.LightningDataModule):
     @override
     def prepare_data(self) -> None:
         """Runs on global rank 0 before ``setup``: privatize if no cached release, once the
-        trainer's callbacks have had their say (a run they refuse releases nothing)."""
+        module and the trainer's callbacks have had their say and Lightning's tuners were
+        refused (:func:`~lightning_dpot.data.protocols.check_before_release`: a run they refuse
+        releases nothing)."""
         if self.release_path is None:
             check_before_release(self.trainer)
             self._cached_release()
@@ -401,9 +428,6 @@ class PrivatizedDataModule(L.LightningDataModule):
         path = self._cached_release()
         release = Release.load(path)
         splits = self.source.load()  # type: ignore[union-attr]
-        if rank_world()[0] == 0:  # the report's total; hashing every record once is enough
-            keys = self.ledger.training_keys(splits)
-            self.ledger_total, self.ledger_keying = self.ledger.total(keys), keys.keying
         if keyed_digest(splits.train, self.cache_dir) != release.metadata.get("raw_hmac_sha256"):
             raise ValueError(
                 f"the cached release {path} was made from different raw data than the source "
@@ -411,6 +435,10 @@ class PrivatizedDataModule(L.LightningDataModule):
                 "configuration (fresh noise on unchanged records would leak). Use a new "
                 "cache_dir to privatize a different dataset deliberately"
             )
+        if rank_world()[0] == 0:  # the report's total; hashing every record once is enough
+            self._enter_held_out(splits.test)
+            keys = self.ledger.training_keys(splits)
+            self.ledger_total, self.ledger_keying = self.ledger.total(keys), keys.keying
         self.release, self.metadata = release.data, release.metadata
         self.test_records, self.test_labels = splits.test, splits.test_labels
         del splits  # raw training records are not retained
@@ -510,7 +538,22 @@ class PrivatizedDataModule(L.LightningDataModule):
 
     def _load_test_split(self) -> None:
         splits = self.source.load()  # type: ignore[union-attr]
+        if rank_world()[0] == 0:
+            self._enter_held_out(splits.test)
         self.test_records, self.test_labels = splits.test, splits.test_labels
+
+    def _held_out_uses(self, test: Tensor | None) -> list[PublicUse]:
+        """In a fit, the held-out split ``test``, which evaluation reads without noise."""
+        if self.trainer is None or self.source is None:
+            return []
+        use = held_out_use(self.ledger.record_keys, self.source, test, type(self).__name__)
+        return [] if use is None else [use]
+
+    def _enter_held_out(self, test: Tensor | None) -> None:
+        """Enter :meth:`_held_out_uses` in the ledger (a use it holds adds no line)."""
+        uses = self._held_out_uses(test)
+        if uses:
+            self.ledger.record_public(uses, self.public_reuse)
 
     def write_release(self, path: str | Path) -> Path:
         """Privatize (or reuse the cached release) and write it to ``path`` for a trainer."""

@@ -20,6 +20,10 @@ Sebag et al. 2023).
 
 :func:`require_data` checks a datamodule against a protocol by static lookup (properties that
 need ``setup`` are not evaluated) and names every missing member.
+
+A datamodule that releases calls :func:`check_before_release` first: the module
+(:class:`ChecksDataBeforeRelease`) and the callbacks (:class:`ChecksBeforeRelease`) refuse
+then, not after the release, a run they cannot serve.
 """
 
 from __future__ import annotations
@@ -31,9 +35,12 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from torch import Tensor
 
+from lightning_dpot.privacy.contract import refuse_tuners
+
 __all__ = [
     "CentralPrivateData",
     "ChecksBeforeRelease",
+    "ChecksDataBeforeRelease",
     "HeldOutData",
     "LatentPrivateData",
     "LocalDPRelease",
@@ -211,16 +218,34 @@ class ChecksBeforeRelease(Protocol):
     def check_before_release(self, trainer: Any, pl_module: Any) -> None: ...
 
 
+@runtime_checkable
+class ChecksDataBeforeRelease(Protocol):
+    """A module that refuses, before anything private is released, a datamodule it cannot train
+    on: the data protocol it needs, the record shape, the loss its data implies. It reads only
+    what the datamodule states before its release (source, mechanism, declared shape), and its
+    ``setup`` runs the same check."""
+
+    def check_data(self, datamodule: Any) -> None: ...
+
+
 def check_before_release(trainer: Any) -> None:
-    """Every callback's :meth:`ChecksBeforeRelease.check_before_release`, in order.
+    """Refuse, before a datamodule releases anything, every run that would be refused later.
+
+    In order: the module's :meth:`ChecksDataBeforeRelease.check_data` on the trainer's
+    datamodule, Lightning's tuners (:func:`~lightning_dpot.privacy.contract.refuse_tuners`),
+    then every callback's :meth:`ChecksBeforeRelease.check_before_release`.
 
     A datamodule that releases in ``prepare_data`` or ``setup`` calls this first: Lightning runs
-    every callback hook after ``prepare_data``, so a callback's own ``on_fit_start`` check would
-    come after the release was drawn and charged to the ledger. ``trainer`` is ``None`` outside
-    a fit (``dpot privatize``): then there is nothing to check.
+    ``LightningModule.setup`` and every callback hook after ``prepare_data``, so their own checks
+    would come after the release was drawn and charged to the ledger. ``trainer`` is ``None``
+    outside a fit (``dpot privatize``): then there is nothing to check.
     """
     if trainer is None:
         return
+    module, datamodule = trainer.lightning_module, trainer.datamodule
+    if isinstance(module, ChecksDataBeforeRelease):
+        module.check_data(datamodule)
+    refuse_tuners(trainer, type(datamodule).__name__)
     for callback in trainer.callbacks:
         if isinstance(callback, ChecksBeforeRelease):
-            callback.check_before_release(trainer, trainer.lightning_module)
+            callback.check_before_release(trainer, module)

@@ -7,8 +7,9 @@ A method is a short subclass. The training step of every generator method reads
 
 and a subclass overrides the hooks it needs:
 
-* :meth:`build_loss` — called once in ``setup`` with the datamodule, to build the loss from the
-  public facts it declares (mechanism, noise scale, transform, diameters);
+* :meth:`build_loss` — called with the datamodule by :meth:`~GeneratorModule.check_data`,
+  before the release is drawn (or in ``setup``), to build the loss from the public facts it
+  declares (mechanism, noise scale, transform, diameters);
 * :meth:`release_view` — maps generated records into the domain the loss compares in
   (identity, the DCT domain, or, for the noisy-WGAN baseline, through the mechanism);
 * :meth:`compute_loss` — the loss between generated and real batches.
@@ -144,22 +145,47 @@ class GeneratorModule(L.LightningModule, Generative):
         return GeneratorSampler(self.generator, self.generator.latent_dim, "uniform", low, high)
 
     # -- Lightning --------------------------------------------------------------------------
+    def check_output_shape(self, shape: tuple[int, ...]) -> None:
+        """Refuse a generator whose records do not have the data's record ``shape``.
+
+        Raises:
+            ValueError: naming both shapes.
+        """
+        was_training = self.generator.training
+        self.generator.eval()
+        try:
+            with torch.no_grad():
+                out = self(torch.zeros(2, self.generator.latent_dim, device=self.device))
+        finally:
+            self.generator.train(was_training)
+        if tuple(out.shape[1:]) != tuple(shape):
+            raise ValueError(
+                f"the generator outputs records of shape {tuple(out.shape[1:])}, but the data "
+                f"has shape {tuple(shape)}; set the generator's output shape to match"
+            )
+
+    def check_data(self, datamodule: L.LightningDataModule) -> None:
+        """Check ``datamodule`` against this module from what it states before its release
+        (:class:`~lightning_dpot.data.protocols.ChecksDataBeforeRelease`): a
+        :class:`~lightning_dpot.data.protocols.LocalDPRelease`, records of the generator's
+        shape, and a loss built from its mechanism (:meth:`build_loss`), kept with the
+        transform for training. ``setup`` runs it too.
+
+        Raises:
+            TypeError: not a ``LocalDPRelease``.
+            ValueError: naming the mismatch.
+        """
+        require_data(datamodule, LocalDPRelease, type(self).__name__)
+        self.check_output_shape(tuple(datamodule.sample_shape))
+        self.transform = datamodule.transform
+        self.loss_fn = self.build_loss(datamodule)
+
     @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if datamodule is None or self.loss_fn is not None:
             return
-        require_data(datamodule, LocalDPRelease, type(self).__name__)
-        self.transform = datamodule.transform
-        shape = tuple(datamodule.sample_shape)
-        with torch.no_grad():
-            out = self.generator(torch.zeros(1, self.generator.latent_dim))
-        if tuple(out.shape[1:]) != shape:
-            raise ValueError(
-                f"the generator outputs records of shape {tuple(out.shape[1:])}, but the data "
-                f"has shape {shape}; set the generator's output shape to match"
-            )
-        self.loss_fn = self.build_loss(datamodule)
+        self.check_data(datamodule)
 
     @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:

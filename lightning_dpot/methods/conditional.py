@@ -112,12 +112,20 @@ class ConditionalGeneratorModule(GeneratorModule):
             self.generator, num_classes, latent_dim, "uniform", low, high
         )
 
+    @override
+    def check_data(self, datamodule: Any) -> None:
+        """:meth:`check_central_data`, the check the central methods' ``setup`` runs, asked
+        before a datamodule releases anything
+        (:class:`~lightning_dpot.data.protocols.ChecksDataBeforeRelease`)."""
+        self.check_central_data(datamodule)
+
     def check_central_data(self, datamodule: Any) -> tuple[int, ...]:
         """Check ``datamodule`` (a :class:`~lightning_dpot.data.protocols.CentralPrivateData`,
         set up here) against the generator: labels when conditional, the same number of
         classes, the same record shape. Sets ``num_classes``; returns the record shape.
 
         Raises:
+            TypeError: not a ``CentralPrivateData``.
             ValueError: naming the mismatch.
         """
         require_data(datamodule, CentralPrivateData, type(self).__name__)
@@ -134,16 +142,5 @@ class ConditionalGeneratorModule(GeneratorModule):
                     f"num_classes={datamodule.num_classes}"
                 )
             self.num_classes = int(datamodule.num_classes)
-        was_training = self.generator.training
-        self.generator.eval()
-        with torch.no_grad():
-            z = torch.zeros(2, self.generator.latent_dim)
-            labels = torch.zeros(2, dtype=torch.long) if self.conditional else None
-            out = self.generate(z, labels)
-        self.generator.train(was_training)
-        if tuple(out.shape[1:]) != shape:
-            raise ValueError(
-                f"the generator outputs records of shape {tuple(out.shape[1:])}, but the data "
-                f"has shape {shape}; set the generator's output shape to match"
-            )
+        self.check_output_shape(shape)
         return shape

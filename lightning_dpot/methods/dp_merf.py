@@ -54,13 +54,10 @@ from lightning_dpot.checks import (
 from lightning_dpot.methods.base import OptimizerName
 from lightning_dpot.methods.conditional import ConditionalGeneratorModule
 from lightning_dpot.ot.precision import upcast
-from lightning_dpot.privacy.contract import (
-    ReleasesPrivateData,
-    check_release_before_training,
-    warn_if_unaccounted,
-)
+from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
+from lightning_dpot.privacy.contract import ReleasesPrivateData
 from lightning_dpot.privacy.events import EventLog, GaussianRelease, PrivacyEvent
-from lightning_dpot.privacy.mechanisms.gaussian import gaussian_sigma
+from lightning_dpot.privacy.guards import check_release_before_training, warn_if_unaccounted
 from lightning_dpot.rng import SecretNoise, seeded_generator, standard_normal
 
 __all__ = ["DPMERF", "MeanEmbeddingRelease", "fourier_features", "random_frequencies"]
@@ -210,7 +207,7 @@ class MeanEmbeddingRelease:
         self.calibrate(float(state["noise_scale"]))
 
 
-class DPMERF(ConditionalGeneratorModule, ReleasesPrivateData):
+class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
     """DP-MERF (Harder et al. 2021; module docstring): one private release of the random-feature
     mean embedding, then a generator trained to match it.
 
@@ -309,37 +306,20 @@ class DPMERF(ConditionalGeneratorModule, ReleasesPrivateData):
             "frequency_seed_is_public": True,
         }
 
-    def kernel_settings(self) -> dict[str, Any]:
-        """What the features depend on: a resume must use the release's own."""
+    @override
+    def resume_settings(self) -> dict[str, Any]:
+        """What the features depend on: a resume must use the release's own kernel."""
         return {
             "num_frequencies": self.num_frequencies,
             "length_scale": self.length_scale,
             "frequency_seed": self.frequency_seed,
         }
 
-    @override
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["merf_release"] = self.release.state_dict()
-        checkpoint["merf_kernel"] = self.kernel_settings()
-        checkpoint["privacy_plan"] = self.privacy_plan()
-
-    @override
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.check_restored_plan(checkpoint.get("privacy_plan"))
-        stored = checkpoint.get("merf_kernel")
-        if stored is not None and stored != self.kernel_settings():
-            raise ValueError(
-                f"DPMERF resumes with kernel settings {self.kernel_settings()}, but the "
-                f"checkpoint's release was made with {stored}: training would match the release "
-                "against other features. Resume with the settings of the original run"
-            )
-        self.release.load_state_dict(checkpoint["merf_release"])
-
     # -- Lightning ------------------------------------------------------------------------------
     @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
-        if datamodule is None or self.omega is not None:
+        if datamodule is None or self.bind_private_data(datamodule):
             return
         shape = self.check_central_data(datamodule)
         self.num_records = int(datamodule.num_private)
@@ -349,7 +329,7 @@ class DPMERF(ConditionalGeneratorModule, ReleasesPrivateData):
         ).float()
         sigma = self.given_noise_scale
         if self.target_epsilon is not None:
-            sigma = gaussian_sigma(self.target_epsilon, self.release.delta, SENSITIVITY)
+            sigma = calibrated_noise_std(self.target_epsilon, self.release.delta, SENSITIVITY, 1)
             self.planned_release_count = 1
         if not self.release.calibrated:
             self.release.calibrate(float(sigma))

@@ -69,18 +69,15 @@ from lightning_dpot.methods.conditional import ConditionalGeneratorModule
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
 from lightning_dpot.ot.precision import upcast
 from lightning_dpot.ot.sinkhorn import NEWTON_MAX_POINTS
-from lightning_dpot.privacy.accounting.calibration import min_noise_multiplier
-from lightning_dpot.privacy.contract import (
-    ReleasesPrivateData,
-    planned_releases,
-    warn_if_unaccounted,
-)
+from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
+from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.privacy.guards import planned_releases, warn_if_unaccounted
 from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
 
 __all__ = ["DPSinkhorn"]
 
 
-class DPSinkhorn(ConditionalGeneratorModule, ReleasesPrivateData):
+class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
     """DP-Sinkhorn (Cao et al. 2021, Algorithm 1; module docstring).
 
     Args:
@@ -90,7 +87,7 @@ class DPSinkhorn(ConditionalGeneratorModule, ReleasesPrivateData):
             non-private reference (or with ``target_epsilon``, which calibrates it).
         target_epsilon: calibrate σ at setup: the smallest σ whose ε after the run's planned
             steps (``trainer.max_steps`` or ``max_epochs`` × steps per epoch) at rate q is ≤ this
-            (:func:`~lightning_dpot.privacy.accounting.calibration.min_noise_multiplier`); needs
+            (:func:`~lightning_dpot.privacy.accounting.calibration.calibrated_noise_std`); needs
             ``delta`` and ``noise_multiplier=None``.
         delta: δ of the guarantee (the accountant reads it from the sanitizer). The
             calibration uses RDP, the accountant ``dpot fit`` attaches, so the reported ε is the
@@ -180,12 +177,8 @@ class DPSinkhorn(ConditionalGeneratorModule, ReleasesPrivateData):
         assert self.target_epsilon is not None and self.sanitizer.sample_rate is not None
         steps = planned_releases(self.trainer, int(datamodule.steps_per_epoch))
         self.planned_release_count = steps
-        self.sanitizer.noise_multiplier = min_noise_multiplier(
-            self.sanitizer.sample_rate,
-            steps,
-            self.target_epsilon,
-            self.sanitizer.delta,
-            "rdp",
+        self.sanitizer.noise_multiplier = calibrated_noise_std(
+            self.target_epsilon, self.sanitizer.delta, 1.0, steps, self.sanitizer.sample_rate
         )
 
     @override
@@ -197,23 +190,11 @@ class DPSinkhorn(ConditionalGeneratorModule, ReleasesPrivateData):
             "amplification_by_sampling": None if public is None else not public,
         }
 
-    @override
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["privacy_releases"] = self.sanitizer.events.state_dict()
-        checkpoint["privacy_plan"] = self.privacy_plan()
-
-    @override
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # After setup: σ is already calibrated for this run's plan, so compare it with the plan
-        # the restored releases were made under (also when no accountant state comes back).
-        self.check_restored_plan(checkpoint.get("privacy_plan"))
-        self.sanitizer.events.load_state_dict(checkpoint["privacy_releases"])
-
     # -- Lightning ------------------------------------------------------------------------------
     @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
-        if datamodule is None or self.loss_fn is not None:
+        if datamodule is None or self.bind_private_data(datamodule):
             return
         shape = self.check_central_data(datamodule)
         if self.private:

@@ -21,6 +21,15 @@ The flow, in one line per part::
   exactly the drained events, checks that its count equals the release objects' own totals, and
   is the only writer of ``privacy_report.json`` and of the ``privacy`` section of
   ``report.json``. ``dpot fit`` attaches one to every private run whose config names none.
+* The **checkpoint** holds every method's privacy state under one key, ``privacy``: each
+  release object's state (its event log, and its calibration or released statistic where it
+  keeps one), the calibration plan and the settings a release depends on
+  (:meth:`ReleasesPrivateData.resume_settings`). The mixin writes and reads it
+  (``on_save_checkpoint`` / ``on_load_checkpoint``; a method that overrides them calls
+  ``super()``), through :mod:`lightning_dpot.privacy.accounting.migration` for earlier layouts.
+  Loading restores; only a load into a fitting trainer (a resume) also checks that the run is
+  set up as the checkpoint's releases were: ``dpot sample``, ``evaluate`` and ``export`` load
+  any checkpoint.
 * The **budget** is the module's own: the accountant enforces the module's ``target_epsilon``
   (the smaller one, if the callback names its own) at the δ the release objects declare
   (:meth:`ReleasesPrivateData.privacy_delta`), and refuses a callback whose δ differs. So a
@@ -30,23 +39,24 @@ The flow, in one line per part::
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lightning_dpot.privacy.accounting.migration import (
+    PRIVACY_KEY,
+    PRIVACY_STATE_VERSION,
+    migrate_module_state,
+)
 from lightning_dpot.privacy.events import EventLog, PrivacyEvent, SubsampledGaussianStep
 
 __all__ = [
     "PrivacyUpdate",
-    "check_release_before_training",
     "Release",
     "ReleasesPrivateData",
-    "check_fixed_accumulation",
     "look_ahead_step",
-    "planned_releases",
+    "refuse_tuners",
     "require_private",
-    "warn_if_unaccounted",
 ]
 
 
@@ -187,6 +197,79 @@ class ReleasesPrivateData:
         events = [None if r.event is None else r.event.as_dict() for r in self.privacy_releases()]
         return {"calibrated_for": plan, "events": events}
 
+    def bind_private_data(self, datamodule: object) -> bool:
+        """Bind this module to the datamodule it is set up with; True when it already was (its
+        ``setup`` may then skip). Its releases, calibration and ledger entry belong to those
+        records, so another datamodule is refused: a fit on other data takes a new module.
+
+        Raises:
+            ValueError: naming the module, for another datamodule than the bound one.
+        """
+        bound = self.__dict__.get("_private_data_id")
+        if bound is None:
+            self.__dict__["_private_data_id"] = id(datamodule)
+            return False
+        if bound != id(datamodule):
+            raise ValueError(
+                f"{type(self).__name__} was set up on another datamodule: its releases, noise "
+                "calibration and sampling settings belong to those records. Build a new "
+                f"{type(self).__name__} to fit on other data"
+            )
+        return True
+
+    def resume_settings(self) -> dict[str, Any] | None:
+        """Settings the releases depend on beyond their noise (e.g. DP-MERF's kernel), kept in
+        checkpoints: a resume with other settings is refused. Default: none."""
+        return None
+
+    # -- checkpoints (Lightning hooks; the mixin comes first among the bases) ------------------
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Write the one ``privacy`` section (module docstring)."""
+        super().on_save_checkpoint(checkpoint)  # type: ignore[misc]
+        checkpoint[PRIVACY_KEY] = {
+            "version": PRIVACY_STATE_VERSION,
+            "releases": [release_state(release) for release in self.privacy_releases()],
+            "plan": self.privacy_plan(),
+            "settings": self.resume_settings(),
+            "facts": self.privacy_facts(),  # what a report of this checkpoint states
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the release objects from the ``privacy`` section (any earlier layout); when a
+        fit resumes, first refuse a run set up otherwise than the checkpoint's releases.
+
+        Raises:
+            ValueError: the checkpoint belongs to a method with other release objects, or (on
+                resume) a changed plan or setting.
+        """
+        super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
+        state = migrate_module_state(checkpoint)
+        if state is None:
+            return
+        releases = self.privacy_releases()
+        if len(state["releases"]) != len(releases):
+            raise ValueError(
+                f"the checkpoint holds the state of {len(state['releases'])} release object(s), "
+                f"but {type(self).__name__} has {len(releases)}: it was written by another method"
+            )
+        trainer = getattr(self, "_trainer", None)
+        if trainer is not None and trainer.state.fn == "fit":
+            self.check_restored_plan(state["plan"])
+            self.check_restored_settings(state["settings"])
+        for release, release_saved in zip(releases, state["releases"], strict=True):
+            load_release_state(release, release_saved)
+
+    def check_restored_settings(self, stored: dict[str, Any] | None) -> None:
+        """Refuse a resume whose :meth:`resume_settings` differ from the checkpoint's."""
+        if stored is None or stored == self.resume_settings():
+            return
+        raise ValueError(
+            f"{type(self).__name__} resumes with settings {self.resume_settings()}, but the "
+            f"checkpoint's releases were made with {stored}: training would use the release "
+            "under other settings. Resume with the settings of the original run"
+        )
+
     def check_restored_plan(self, stored: dict[str, Any] | None) -> None:
         """Refuse to resume with noise set up otherwise than for the checkpoint's releases: a
         changed target, δ, training length or sample rate re-calibrates σ, and the earlier
@@ -213,54 +296,54 @@ class ReleasesPrivateData:
         }
 
 
-def check_release_before_training(module: Any) -> None:
-    """Before a module releases once in ``on_fit_start`` (DPSWflow, DP-MERF): refuse a fit whose
-    release would not be accounted — one that
-    trains no batch (``max_steps``/``max_epochs``/``limit_train_batches`` 0: the accountant
-    composes and reports from the training hooks), or a strategy that restores a checkpoint
-    after ``on_fit_start`` (FSDP, DeepSpeed: the release would be drawn before the checkpoint
-    that already holds one is read).
+def release_state(release: Release) -> dict[str, Any]:
+    """A release object's checkpoint state: its own ``state_dict()`` where it has one (a
+    calibration or a released statistic), else its event log."""
+    own = getattr(release, "state_dict", None)
+    return own() if callable(own) else {"events": release.events.state_dict()}
+
+
+def load_release_state(release: Release, state: dict[str, Any]) -> None:
+    """Restore what :func:`release_state` wrote."""
+    own = getattr(release, "load_state_dict", None)
+    if callable(own):
+        own(state)
+    else:
+        release.events.load_state_dict(state["events"])
+
+
+def refuse_tuners(trainer: Any, who: str) -> None:
+    """Refuse Lightning's tuner callbacks (``LearningRateFinder``, ``BatchSizeFinder``, which
+    ``Tuner.lr_find`` and ``Tuner.scale_batch_size`` add) on a run that releases private data.
+
+    Their trials train before the accountant composes anything, choose a setting from the
+    outcome, and then restore the model as if they had not run: on a central-DP run the releases
+    of those trials would leave the process unaccounted. On a local-DP run the trials would see
+    only the data release (post-processing, no further cost); they are refused there too, so
+    that one rule holds for every private run. Tune on public or synthetic data
+    instead. ``who`` names the private module or data for the message.
 
     Raises:
-        ValueError: naming the setting, before any noise is drawn.
+        ValueError: naming the tuner, before anything is released.
     """
-    trainer = module.trainer
-    name = type(module).__name__
-    if 0 in (trainer.max_steps, trainer.max_epochs, trainer.limit_train_batches):
-        raise ValueError(
-            f"{name} releases once before training, but this fit trains no batch "
-            f"(max_steps={trainer.max_steps}, max_epochs={trainer.max_epochs}, "
-            f"limit_train_batches={trainer.limit_train_batches}): the release would not be "
-            "accounted. Train at least one batch"
-        )
-    if trainer.ckpt_path is not None and trainer.strategy.restore_checkpoint_after_setup:
-        raise ValueError(
-            f"{name} cannot resume under {type(trainer.strategy).__name__}: it restores the "
-            "checkpoint after the fit starts, so the release the checkpoint holds would be drawn "
-            "again. Resume with a strategy that restores before setup (e.g. ddp, auto)"
-        )
+    from lightning.pytorch.callbacks import BatchSizeFinder, LearningRateFinder
 
-
-def warn_if_unaccounted(module: ReleasesPrivateData) -> None:
-    """Warn when a private module trains with no accountant among the trainer's callbacks
-    (``dpot fit`` always attaches one; the Python API does not)."""
-    trainer = module.trainer
-    accounted = any(getattr(cb, "composes_privacy_events", False) for cb in trainer.callbacks)
-    if module.is_private and not accounted:
-        warnings.warn(
-            f"{type(module).__name__} releases private data but no PrivacyAccountantCallback is "
-            "attached: nothing composes its privacy events, so no epsilon is reported and no "
-            "budget is enforced",
-            UserWarning,
-            stacklevel=2,
-        )
+    for callback in trainer.callbacks:
+        if isinstance(callback, LearningRateFinder | BatchSizeFinder):
+            raise ValueError(
+                f"{type(callback).__name__} (Lightning's tuner) is refused on the private run of "
+                f"{who}: its trial steps use the private data (or its release) outside the "
+                "accounted training and pick a setting from their results. Tune on public or "
+                "synthetic data, then set the value in the config"
+            )
 
 
 def require_private(pl_module: object) -> ReleasesPrivateData:
     """``pl_module`` as a private :class:`ReleasesPrivateData`, the accountant's precondition.
 
     Raises:
-        TypeError: if it does not subclass :class:`ReleasesPrivateData`.
+        TypeError: if it does not subclass :class:`ReleasesPrivateData`, or lists
+            ``LightningModule`` before it among its bases.
         ValueError: if none of its release objects adds noise (nothing to account).
     """
     name = type(pl_module).__name__
@@ -269,6 +352,13 @@ def require_private(pl_module: object) -> ReleasesPrivateData:
             f"{name} does not subclass lightning_dpot.privacy.contract.ReleasesPrivateData: "
             "PrivacyAccountantCallback composes the events of the module's release objects, "
             "which the module names in privacy_releases()"
+        )
+    mro = [cls.__name__ for cls in type(pl_module).__mro__]
+    if "LightningModule" in mro and mro.index("LightningModule") < mro.index("ReleasesPrivateData"):
+        raise TypeError(
+            f"{name} lists LightningModule before ReleasesPrivateData among its bases, so "
+            "Lightning's checkpoint hooks hide the mixin's and its release objects' state is not "
+            f"saved: declare class {name}(ReleasesPrivateData, ...)"
         )
     if not pl_module.is_private:
         raise ValueError(
@@ -295,39 +385,3 @@ def look_ahead_step(
             f"the budget's look-ahead, got {list(next_events)!r}"
         )
     return next(iter(distinct))
-
-
-def check_fixed_accumulation(trainer: Any) -> None:
-    """Refuse a ``GradientAccumulationScheduler``: it changes ``accumulate_grad_batches`` (the
-    releases per optimizer step) between epochs, after the noise was calibrated and the budget's
-    look-ahead planned for the factor in force at the start."""
-    from lightning.pytorch.callbacks import GradientAccumulationScheduler
-
-    if any(isinstance(cb, GradientAccumulationScheduler) for cb in trainer.callbacks):
-        raise ValueError(
-            "GradientAccumulationScheduler changes accumulate_grad_batches during training, so "
-            "the releases per optimizer step that target_epsilon was planned for would change: "
-            "use a fixed Trainer(accumulate_grad_batches=k) for a private run with a target"
-        )
-
-
-def planned_releases(trainer: Any, steps_per_epoch: int) -> int:
-    """Training batches of the run, one release each: the first limit Lightning reaches of
-    ``max_steps`` (optimizer steps × accumulation) and ``max_epochs × steps_per_epoch``.
-
-    Raises:
-        ValueError: without a finite training length, or with a
-            ``GradientAccumulationScheduler`` (:func:`check_fixed_accumulation`).
-    """
-    check_fixed_accumulation(trainer)
-    limits = []
-    if trainer.max_steps is not None and trainer.max_steps > 0:
-        limits.append(int(trainer.max_steps) * int(trainer.accumulate_grad_batches))
-    if trainer.max_epochs is not None and trainer.max_epochs >= 0:
-        limits.append(int(trainer.max_epochs) * steps_per_epoch)
-    if not limits:
-        raise ValueError(
-            "target_epsilon needs a finite training length to calibrate σ: set trainer.max_steps "
-            "or trainer.max_epochs"
-        )
-    return min(limits)

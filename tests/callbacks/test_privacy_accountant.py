@@ -24,8 +24,9 @@ from lightning_dpot.privacy.accounting.analysis.epsilon import subsampled_gaussi
 from lightning_dpot.privacy.accounting.analysis.schemes import WITHOUT_REPLACEMENT
 from lightning_dpot.privacy.accounting.calibration import largest_count_within, max_steps
 from lightning_dpot.privacy.accounting.journal import ReleaseJournal
-from lightning_dpot.privacy.contract import ReleasesPrivateData, planned_releases
+from lightning_dpot.privacy.contract import ReleasesPrivateData
 from lightning_dpot.privacy.events import EventLog, SubsampledGaussianStep
+from lightning_dpot.privacy.guards import planned_releases
 
 SIGMA, Q, DELTA, TARGET = 2.0, 0.1, 1e-5, 1.5  # 10 Poisson steps per epoch over 100 records
 
@@ -356,7 +357,7 @@ def test_without_replacement_run_stops_at_the_replace_one_budget_and_resumes(tmp
     assert report["dataset_size"] == N_SWOR and report["batch_size"] == B_SWOR
     assert report["epsilon_pld"] is None
     state = json.loads(json.dumps(callback.state_dict()))
-    assert state["accountant"]["sampling"] == "without_replacement"
+    assert state["composition"]["accountant"]["sampling"] == "without_replacement"
     # a restored replace-one history cannot be continued by Poisson (add/remove) steps
     other = PrivacyAccountantCallback(2 * TARGET, DELTA)
     other.load_state_dict(state)

@@ -86,3 +86,14 @@ def test_denoise_refuses_non_image_domains_and_unknown_names(tmp_path):
         _dm(tmp_path, denoise="median")
     with pytest.raises(ValueError, match="denoise_wavelet .*got 'nope'"):
         _dm(tmp_path, denoise="wavelet", denoise_wavelet="nope")
+
+
+def test_denoise_on_points_is_refused_at_construction_before_any_release(tmp_path):
+    from lightning_dpot.data import HalfCircle
+
+    with pytest.raises(ValueError, match=r"needs image records .*got sample_shape=\(2,\)"):
+        PrivatizedDataModule(
+            HalfCircle(n=50), epsilon=1.0, mechanism="laplace", denoise="wavelet",
+            cache_dir=str(tmp_path / "cache"),
+        )  # fmt: skip
+    assert not (tmp_path / "cache").exists()

@@ -492,3 +492,20 @@ def test_a_resumed_run_keeps_its_ledger_entry_at_what_it_may_spend(tmp_path: Pat
     again = tiny_trainer(tmp_path / "c", [PrivacyAccountantCallback(target, 1e-5)], max_steps=6)
     with pytest.raises(PrivacyBudgetError, match="privacy_budget"):
         again.fit(module, other, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")
+
+
+def test_a_module_set_up_on_one_datamodule_refuses_another(tmp_path: Path):
+    """Its calibration, sampling settings and releases belong to the records it was set up on:
+    a fit on other data (here: public Poisson masks, which claim no amplification) is refused
+    before anything is released, instead of reusing the first data's settings."""
+    module = tiny_module(noise_multiplier=SIGMA)
+    first = CentralDPDataModule(TinyImages(200), sample_rate=Q)
+    tiny_trainer(tmp_path / "a", [PrivacyAccountantCallback(None, DELTA)], max_steps=1).fit(
+        module, first
+    )
+    other = CentralDPDataModule(TinyImages(200, seed=1), sample_rate=Q, seed=3)
+    with pytest.raises(ValueError, match="was set up on another datamodule"):
+        tiny_trainer(tmp_path / "b", [PrivacyAccountantCallback(None, DELTA)], max_steps=2).fit(
+            module, other
+        )
+    assert module.sanitizer.events.total == 1

@@ -251,9 +251,10 @@ BEFORE = [
 
 @pytest.mark.parametrize(("accountant", "sampling", "runs", "delta", "epsilon"), BEFORE)
 def test_epsilon_is_the_value_computed_before(accountant, sampling, runs, delta, epsilon):
-    assert epsilon_of_history(runs, delta, accountant, sampling) == pytest.approx(
-        epsilon, rel=1e-12
-    )
+    # PLD composes by FFT, whose last bits move with the numpy/scipy versions installed (5e-9
+    # relative from the recorded values with numpy 2.4.6, scipy 1.17.1); RDP keeps rel=1e-12.
+    rel = 1e-12 if accountant == "rdp" else 1e-7
+    assert epsilon_of_history(runs, delta, accountant, sampling) == pytest.approx(epsilon, rel=rel)
 
 
 @pytest.mark.parametrize(

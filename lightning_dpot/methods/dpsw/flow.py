@@ -35,8 +35,8 @@ from lightning_dpot.ot.sliced import (
     sliced_flow_step,
     sliced_wasserstein,
 )
-from lightning_dpot.privacy.contract import check_release_before_training
-from lightning_dpot.privacy.mechanisms.gaussian import gaussian_sigma
+from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
+from lightning_dpot.privacy.guards import check_release_before_training
 from lightning_dpot.rng import seeded_generator
 
 
@@ -94,9 +94,9 @@ class _ParticleFlow(SlicedReleaseModule):
 
     @override
     def setup(self, stage: str) -> None:
-        if self.dim is not None:
-            return
         datamodule = self._datamodule()
+        if self.bind_private_data(datamodule):
+            return
         datamodule.setup(stage)
         self.dim = int(datamodule.latent_dim)
         self.decoder = datamodule.public_decoder()
@@ -149,8 +149,8 @@ class _ParticleFlow(SlicedReleaseModule):
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
         checkpoint["dpsw_particles"] = self.all_particles()
-        checkpoint["dpsw_release"] = self.release.state_dict()
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -159,7 +159,7 @@ class _ParticleFlow(SlicedReleaseModule):
         shard = particles.shape[0] // world
         self.particles = particles[rank * shard : (rank + 1) * shard].to(self.device)
         self.dim = int(particles.shape[1])
-        self.release.load_state_dict(checkpoint["dpsw_release"])
+        super().on_load_checkpoint(checkpoint)
 
     def attach_datamodule(self, datamodule: Any) -> None:
         """Attach the public decoder of a (not set-up) ``PrivateLatentDataModule`` after a
@@ -305,8 +305,8 @@ class DPSWFlow(_ParticleFlow):
         )
         sigma = self.release.noise_scale
         if self.target_epsilon is not None:
-            sigma = gaussian_sigma(
-                self.target_epsilon, self.release.delta, self.release.sensitivity(self.dim)
+            sigma = calibrated_noise_std(
+                self.target_epsilon, self.release.delta, self.release.sensitivity(self.dim), 1
             )
             self.planned_release_count = 1
         self.release.calibrate(sigma, self.dim)

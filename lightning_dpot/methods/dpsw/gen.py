@@ -80,10 +80,10 @@ class DPSWGen(SlicedReleaseModule):
 
     @override
     def setup(self, stage: str) -> None:
-        if self.dim is not None:
-            return
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         require_data(datamodule, LatentPrivateData, type(self).__name__)
+        if self.bind_private_data(datamodule):
+            return
         datamodule.setup(stage)
         self.dim = int(datamodule.latent_dim)
         # Kept out of the module's state (the frozen public autoencoder belongs to stage 1).
@@ -147,11 +147,3 @@ class DPSWGen(SlicedReleaseModule):
         """G(u), u ~ N(0, I), for :func:`~lightning_dpot.export.export_generator` (a copy of
         the generator only: no release, no autoencoder)."""
         return GeneratorSampler(self.generator, self.generator.latent_dim, "normal")
-
-    @override
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["dpsw_release"] = self.release.state_dict()
-
-    @override
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.release.load_state_dict(checkpoint["dpsw_release"])

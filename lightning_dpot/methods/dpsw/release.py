@@ -12,17 +12,15 @@ from torch import Tensor
 from typing_extensions import override
 
 from lightning_dpot.checks import check_epsilon, check_nonnegative
+from lightning_dpot.data.protocols import LatentPrivateData, require_data
 from lightning_dpot.distributed import all_gather_rows, rank_world
 from lightning_dpot.generative import Generative
 from lightning_dpot.methods.dpsw.sensitivity import WBound
 from lightning_dpot.methods.dpsw.sliced_release import SlicedGaussianRelease
 from lightning_dpot.privacy.accounting.analysis.schemes import WITHOUT_REPLACEMENT, swor_sample_rate
-from lightning_dpot.privacy.accounting.calibration import min_noise_multiplier
-from lightning_dpot.privacy.contract import (
-    ReleasesPrivateData,
-    planned_releases,
-    warn_if_unaccounted,
-)
+from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
+from lightning_dpot.privacy.contract import ReleasesPrivateData
+from lightning_dpot.privacy.guards import planned_releases, warn_if_unaccounted
 from lightning_dpot.rng import seeded_generator
 
 STREAM_DIRECTIONS, STREAM_RELEASE, STREAM_FLOW, STREAM_INIT, STREAM_SUBSET = range(5)
@@ -85,15 +83,15 @@ class BatchReleases:
         sigma, steps = self.release.noise_scale, None
         if target_epsilon is not None:
             steps = planned_releases(trainer, datamodule.steps_per_epoch)
-            multiplier = min_noise_multiplier(
-                swor_sample_rate(n_accounted, b),
-                steps,
+            sigma = calibrated_noise_std(
                 target_epsilon,
                 self.release.delta,
-                accountant,
+                self.release.sensitivity(int(dim)),
+                steps,
+                swor_sample_rate(n_accounted, b),
                 WITHOUT_REPLACEMENT,
+                accountant,
             )
-            sigma = multiplier * self.release.sensitivity(int(dim))
         self.release.calibrate(sigma, int(dim), dataset_size=n_accounted, batch_size=b)
         return steps
 
@@ -178,6 +176,12 @@ class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
     def mechanism_calls(self) -> int:
         """Releases of private data so far (restored checkpoints included)."""
         return self.release.events.total
+
+    def check_data(self, datamodule: Any) -> None:
+        """Refuse a datamodule without the private latents every DPSW method trains on, before
+        a local-DP datamodule would release anything
+        (:class:`~lightning_dpot.data.protocols.ChecksDataBeforeRelease`)."""
+        require_data(datamodule, LatentPrivateData, type(self).__name__)
 
     @override
     def on_fit_start(self) -> None:

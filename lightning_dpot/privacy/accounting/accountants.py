@@ -70,6 +70,7 @@ class PrivacyAccountant(ABC):
 
     def __init__(self, sampling: str = POISSON) -> None:
         self._history: list[Run] = []
+        self._steps = 0
         self._sampling = POISSON
         self.sampling = sampling
 
@@ -117,9 +118,18 @@ class PrivacyAccountant(ABC):
     # -- recording ----------------------------------------------------------------------------
 
     def step(self, noise_multiplier: float, sample_rate: float, num_steps: int = 1) -> None:
-        """Record ``num_steps`` steps with multiplier σ and rate q (b/n without replacement)."""
-        run = (noise_multiplier, sample_rate, num_steps)
-        self._history = compress_history([*self._history, run])
+        """Record ``num_steps`` steps with multiplier σ and rate q (b/n without replacement).
+
+        O(1): a step like the last run's extends it in place (a run of 10⁶ identical steps is
+        one entry), so recording costs the same at step 10 and step 10⁶."""
+        sigma, q, count = check_run(noise_multiplier, sample_rate, num_steps)
+        if count == 0:
+            return
+        if self._history and self._history[-1][:2] == (sigma, q):
+            self._history[-1] = (sigma, q, self._history[-1][2] + count)
+        else:
+            self._history.append((sigma, q, count))
+        self._steps += count
 
     @property
     def history(self) -> list[Run]:
@@ -129,7 +139,7 @@ class PrivacyAccountant(ABC):
     @property
     def steps(self) -> int:
         """Total number of recorded steps."""
-        return sum(count for _, _, count in self._history)
+        return self._steps
 
     # -- ε --------------------------------------------------------------------------------------
 
@@ -208,6 +218,7 @@ class PrivacyAccountant(ABC):
             self._history = saved
             raise
         self._history = history
+        self._steps = sum(count for _, _, count in history)
 
     def __repr__(self) -> str:
         return (

@@ -53,6 +53,7 @@ from lightning_dpot.privacy.accounting.analysis.schemes import (
     WITHOUT_REPLACEMENT,
     check_run,
 )
+from lightning_dpot.privacy.mechanisms.gaussian import gaussian_sigma
 
 T = TypeVar("T", int, float)
 
@@ -269,3 +270,36 @@ def min_noise_multiplier(
             "(batch size) or the number of steps"
         )
     return min(reached)
+
+
+def calibrated_noise_std(
+    target_epsilon: float,
+    delta: float,
+    sensitivity: float,
+    releases: int,
+    sample_rate: float | None = None,
+    sampling: str = POISSON,
+    accountant: str = "rdp",
+) -> float:
+    """The one calibration path of every release kind: the noise standard deviation with which
+    the planned releases spend at most ``target_epsilon`` at ``delta``.
+
+    ``sample_rate=None``: one Gaussian release of the whole dataset (a
+    :class:`~lightning_dpot.privacy.events.GaussianRelease`, ``releases`` must be 1), calibrated
+    by the analytic Gaussian mechanism (Balle & Wang 2018). Otherwise ``releases`` subsampled
+    Gaussian steps of rate q (:func:`min_noise_multiplier`), the multiplier scaled by the ℓ2
+    ``sensitivity``.
+
+    Raises:
+        ValueError: a one-shot release planned more than once, or an unreachable target.
+    """
+    if sample_rate is None:
+        if releases != 1:
+            raise ValueError(
+                f"a release of the whole dataset is calibrated alone (releases=1), got {releases}"
+            )
+        return gaussian_sigma(target_epsilon, delta, sensitivity)
+    multiplier = min_noise_multiplier(
+        sample_rate, releases, target_epsilon, delta, accountant, sampling
+    )
+    return multiplier * sensitivity

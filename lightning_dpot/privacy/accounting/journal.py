@@ -1,14 +1,20 @@
-"""The release journal: every privacy event of a run, on disk before its noise is drawn.
+"""The release journal: every privacy event of a run, written before its noise is drawn.
 
 A checkpoint holds the accountant's history as of the step it was written; a process killed
-later has made more releases, and their outputs (a logged loss, a printed line, a sample) may
-already have left it. So the accountant also attaches a :class:`ReleaseJournal` to every release
+later has made more releases, and their outputs (a logged metric, a sample, a checkpoint) may
+already have left it. So the accountant attaches a :class:`ReleaseJournal` to every release
 object's :class:`~lightning_dpot.privacy.events.EventLog`: :meth:`ReleaseJournal.append` writes
-one JSON line per event and ``fsync``-s it inside ``emit``, which a release object calls before
-it draws its noise. Whatever a crash leaves behind, every release that produced anything is in
-the journal.
+one JSON line per event inside ``emit``, which a release object calls before it draws its noise.
+The line reaches the operating system at once (a killed process loses none); it is made durable
+on disk (``fsync``) in groups by :meth:`ReleaseJournal.commit`, which the accountant calls
+before anything derived from those releases can leave the process: a logged metric, a
+checkpoint, the end of an epoch (samples, evaluations), the end of the run and the crash
+handler. One ``fsync`` per group instead of one per release keeps the cost of a step constant
+(``docs/performance.md``, "Bookkeeping"); a power loss can lose only releases whose outputs
+never left the machine.
 
-One journal serves a run and all its resumes: the checkpoint names it, and a resumed process
+One journal serves a run and all its resumes: the checkpoint names it by absolute path and id,
+with the number of releases it held when the checkpoint was written, and a resumed process
 appends to it. A resumed run composes the whole journal, not the checkpoint, so releases made
 after the last checkpoint, by any process, count (a crash over-counts by the one release being
 journaled, and two resumes from one checkpoint, one after the other, count both branches: never
@@ -21,9 +27,10 @@ The first line, ``{"journal": id}``, names the journal (the checkpoint stores th
 run's journal is refused). Each further line is ``{"process": p, "seq": k, "release": i,
 "event": {...}}``: ``k`` counts process ``p``'s releases from 0, ``i`` is the index of the
 release object in the module's :meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.
-privacy_releases`. A last line without its newline is an append that the crash interrupted: its
-``emit`` never returned, so its noise was never drawn, and it is ignored. Any other unreadable
-line is refused.
+privacy_releases`. A last line without its newline is an append that a crash interrupted: its
+``emit`` never returned, so its noise was never drawn. :meth:`ReleaseJournal.read` ignores it
+and :meth:`ReleaseJournal.acquire` cuts it off (once, with a warning), so the next append starts
+on a line of its own. Any other unreadable line is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import json
 import os
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -42,25 +50,30 @@ __all__ = ["ReleaseJournal"]
 
 
 class ReleaseJournal:
-    """An append-only, ``fsync``-ed file of a run's privacy events (module docstring).
+    """An append-only file of a run's privacy events, committed to disk in groups (module
+    docstring).
 
     Args:
-        path: the journal file.
+        path: the journal file (kept as an absolute path: a resume from another working
+            directory finds the same file).
         journal_id: the id its first line holds (a fresh one for a new journal).
     """
 
     def __init__(self, path: str | Path, journal_id: str | None = None) -> None:
-        self.path = Path(path)
+        self.path = Path(os.path.abspath(path))
         self.id = journal_id or uuid.uuid4().hex
         self.process = uuid.uuid4().hex[:12]
-        self.count = 0
+        self.count = 0  # this process's appends (its next ``seq``)
+        self.position = 0  # release lines in the file, every process's
         self._lock: int | None = None
+        self._fd: int | None = None
+        self._uncommitted = 0
 
     def acquire(self) -> None:
         """Hold the journal alone (an ``flock`` on ``<journal>.lock``) until :meth:`release`
         or the process ends: a second process resuming the same run at the same time would
         compose the journal without the first one's later releases and check the budget
-        alone, so it is refused.
+        alone, so it is refused. An interrupted last line is cut off here.
 
         Raises:
             RuntimeError: if another process holds the journal.
@@ -79,16 +92,39 @@ class ReleaseJournal:
                 "account only their own releases. Wait for it to end, or stop it"
             ) from None
         self._lock = fd
+        self._cut_torn_tail()
 
     def release(self) -> None:
-        """Let another process take the journal (:meth:`acquire`)."""
+        """Commit, close and let another process take the journal (:meth:`acquire`)."""
+        self.close()
         if self._lock is not None:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             os.close(self._lock)
             self._lock = None
 
+    def _cut_torn_tail(self) -> None:
+        """Cut a last line without its newline (an append a crash interrupted, whose noise was
+        never drawn), so that the next append does not continue it."""
+        if not self.path.is_file():
+            return
+        data = self.path.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        with open(self.path, "r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        warnings.warn(
+            f"the release journal {str(self.path)!r} ended in an interrupted line "
+            f"({len(data) - keep} bytes, a release whose noise was never drawn); it was cut off",
+            UserWarning,
+            stacklevel=3,
+        )
+
     def read(self) -> list[tuple[int, PrivacyEvent]]:
-        """``(release index, event)`` of every complete line, in file order.
+        """``(release index, event)`` of every complete line, in file order; sets
+        :attr:`position` to their number.
 
         Raises:
             FileNotFoundError: if the journal does not exist.
@@ -117,11 +153,13 @@ class ReleaseJournal:
                 )
             counts[process] = seq + 1
             entries.append((index, event))
+        self.position = len(entries)
         return entries
 
     def start(self, entries: Sequence[tuple[int, PrivacyEvent]] = ()) -> None:
         """Create the journal with its id line and ``entries`` (releases already made, e.g. by
         a run that kept no journal), atomically: staged beside it, ``fsync``-ed, renamed."""
+        self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, staging = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
         try:
@@ -137,34 +175,49 @@ class ReleaseJournal:
                 os.remove(staging)
             raise
         _fsync_directory(self.path.parent)
-        self.count = len(entries)
+        self.count = self.position = len(entries)
 
     def append(self, index: int, event: PrivacyEvent) -> None:
-        """Write one event durably; returns only once it is on disk.
+        """Write one event to the file (the operating system holds it from here on; it is on
+        disk after the next :meth:`commit`).
 
         Raises:
             OSError: if the line could not be written whole (a full disk, a quota): the part
                 written is cut off again and the caller's release does not happen.
         """
         line = self._line(self.count, index, event).encode()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        end = os.lseek(self._fd, 0, os.SEEK_END)
         try:
-            end = os.lseek(fd, 0, os.SEEK_END)
-            try:
-                written = os.write(fd, line)
-            except OSError:
-                os.ftruncate(fd, end)
-                raise
-            if written != len(line):
-                os.ftruncate(fd, end)
-                raise OSError(
-                    f"journal={str(self.path)!r}: wrote {written} of {len(line)} bytes (disk "
-                    "full?); the release was not made"
-                )
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            written = os.write(self._fd, line)
+        except OSError:
+            os.ftruncate(self._fd, end)
+            raise
+        if written != len(line):
+            os.ftruncate(self._fd, end)
+            raise OSError(
+                f"journal={str(self.path)!r}: wrote {written} of {len(line)} bytes (disk "
+                "full?); the release was not made"
+            )
         self.count += 1
+        self.position += 1
+        self._uncommitted += 1
+
+    def commit(self) -> int:
+        """Make every appended line durable (one ``fsync``); returns how many it committed
+        (0, and no system call, when there were none)."""
+        committed, self._uncommitted = self._uncommitted, 0
+        if committed and self._fd is not None:
+            os.fsync(self._fd)
+        return committed
+
+    def close(self) -> None:
+        """Commit and close the file (appending opens it again)."""
+        self.commit()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def writer(self, index: int) -> Callable[[PrivacyEvent], None]:
         """The ``EventLog.journal`` of the release object at ``index``."""
