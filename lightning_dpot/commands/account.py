@@ -144,7 +144,7 @@ def _add_wdp(sub: argparse._SubParsersAction) -> None:
 
 
 def _wdp_sgm(args: argparse.Namespace) -> dict:
-    from lightning_dpot.privacy.accounting.wdp import wasserstein_accountant
+    from lightning_dpot.privacy.accounting.wdp_accountant import wasserstein_accountant
 
     return wasserstein_accountant(
         noise_multiplier=args.noise_multiplier,

@@ -12,14 +12,16 @@ from scipy.stats import norm
 from lightning_dpot.commands.account import build_parser
 from lightning_dpot.privacy.accounting.wdp import (
     WDPGuarantee,
-    gaussian_absolute_moment,
-    subsampled_gaussian_wdp_loss,
-    wasserstein_accountant,
-    wdp_compose,
     wdp_from_dp,
     wdp_from_rdp,
     wdp_gaussian,
     wdp_laplace,
+)
+from lightning_dpot.privacy.accounting.wdp_accountant import (
+    gaussian_absolute_moment,
+    subsampled_gaussian_wdp_loss,
+    wasserstein_accountant,
+    wdp_compose,
 )
 
 FIG1_SCALES = (1.0, 2.0, 3.0, 5.0)  # Yang et al. 2024, Fig. 1: λ, σ ∈ {1,2,3,5}, Δ = 1, μ ∈ 1..10
