@@ -65,6 +65,7 @@ from lightning_dpot.callbacks.privacy_record import (
 from lightning_dpot.callbacks.privacy_reports import AccountantReports
 from lightning_dpot.callbacks.scope import outside_the_guarantee
 from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
+from lightning_dpot.data.protocols import ChecksBeforeRelease
 from lightning_dpot.privacy.accounting.budget import Budget, Decision
 from lightning_dpot.privacy.accounting.composition import Composition
 from lightning_dpot.privacy.accounting.migration import (
@@ -195,6 +196,9 @@ class PrivacyAccountantCallback(AccountantReports):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
         refuse_tuners(trainer, type(module).__name__)
+        for callback in trainer.callbacks:  # their refusals before this run's ledger entry
+            if callback is not self and isinstance(callback, ChecksBeforeRelease):
+                callback.check_before_release(trainer, module)
         # trainer.log_dir broadcasts under DDP: every rank calls it here, once.
         self._log_dir = Path(trainer.log_dir or trainer.default_root_dir).absolute()
         self._ended_by, self.record.ready, self.record.ledger = None, False, None
