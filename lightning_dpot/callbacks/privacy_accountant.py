@@ -52,6 +52,7 @@ from typing_extensions import override
 from lightning_dpot.callbacks.privacy_budget import (
     module_budget,
     planned_epsilon,
+    warn_if_not_first,
     warn_if_target_changed,
     warn_if_unstoppable,
 )
@@ -181,9 +182,8 @@ class PrivacyAccountantCallback(AccountantReports):
     # -- before anything is released ------------------------------------------------------------
 
     def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Refuse a method that releases nothing this accountant composes (a local-DP method),
-        before the datamodule releases anything
-        (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        """Refuse, before a datamodule releases anything, a method that releases nothing this
+        accountant composes (a local-DP method)."""
         require_private(pl_module)
 
     @override
@@ -199,6 +199,7 @@ class PrivacyAccountantCallback(AccountantReports):
         for callback in trainer.callbacks:  # their refusals before this run's ledger entry
             if callback is not self and isinstance(callback, ChecksBeforeRelease):
                 callback.check_before_release(trainer, module)
+        warn_if_not_first(trainer, self)
         # trainer.log_dir broadcasts under DDP: every rank calls it here, once.
         self._log_dir = Path(trainer.log_dir or trainer.default_root_dir).absolute()
         self._ended_by, self.record.ready, self.record.ledger = None, False, None

@@ -13,7 +13,13 @@ from lightning_dpot.privacy.accounting.composition import Composition
 from lightning_dpot.privacy.contract import ReleasesPrivateData, look_ahead_step
 from lightning_dpot.privacy.guards import planned_releases
 
-__all__ = ["module_budget", "planned_epsilon", "warn_if_target_changed", "warn_if_unstoppable"]
+__all__ = [
+    "module_budget",
+    "planned_epsilon",
+    "warn_if_not_first",
+    "warn_if_target_changed",
+    "warn_if_unstoppable",
+]
 
 
 def module_budget(
@@ -104,3 +110,23 @@ def warn_if_unstoppable(trainer: L.Trainer) -> None:
             UserWarning,
             stacklevel=3,
         )
+
+
+def warn_if_not_first(trainer: L.Trainer, accountant: object) -> None:
+    """Warn when a progress bar runs its batch-end hook before the accountant's: it would print
+    what a step derived from its releases before the journal commits them (``dpot fit`` puts
+    the accountant first)."""
+    from lightning.pytorch.callbacks import ProgressBar
+
+    for callback in trainer.callbacks:
+        if callback is accountant:
+            return
+        if isinstance(callback, ProgressBar) and callback.is_enabled:
+            warnings.warn(
+                f"{type(callback).__name__} comes before PrivacyAccountantCallback among the "
+                "trainer's callbacks, so it prints a step's results before the accountant "
+                "commits that step's releases to disk: list the accountant first",
+                UserWarning,
+                stacklevel=3,
+            )
+            return

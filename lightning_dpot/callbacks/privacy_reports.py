@@ -235,7 +235,14 @@ class AccountantReports(Callback):
             for release in section["releases"]:
                 log = EventLog()
                 log.load_state_dict(release["events"])
-                accountant.compose(log.events())
+                events = log.events()
+                if len(events) != log.total:
+                    raise ValueError(
+                        f"the checkpoint counts {log.total} release(s) of a release object but "
+                        f"stores the noise and sampling of {len(events)}, and holds no "
+                        "accountant state: the ε of its releases cannot be stated"
+                    )
+                accountant.compose(events)
             position = None
         else:
             return None

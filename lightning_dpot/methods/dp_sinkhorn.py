@@ -194,6 +194,12 @@ class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
     @override
     def setup(self, stage: str) -> None:
         datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is None and self.private and stage == "fit":
+            raise ValueError(
+                "private DPSinkhorn trains on a datamodule implementing CentralPrivateData (e.g. "
+                "CentralDPDataModule), which states its sample rate and sampling seed: pass "
+                "datamodule=..., not train_dataloaders"
+            )
         if datamodule is None or self.bind_private_data(datamodule):
             return
         shape = self.check_central_data(datamodule)

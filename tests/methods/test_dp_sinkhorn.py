@@ -509,3 +509,15 @@ def test_a_module_set_up_on_one_datamodule_refuses_another(tmp_path: Path):
             module, other
         )
     assert module.sanitizer.events.total == 1
+
+
+def test_private_training_without_a_datamodule_is_refused(tmp_path: Path):
+    """The datamodule states the sample rate and whether the Poisson seed is public; a bare
+    loader would leave the sanitizer's q (and the amplification claimed) unchecked."""
+    module = tiny_module(noise_multiplier=SIGMA)
+    data = CentralDPDataModule(TinyImages(200), sample_rate=Q, seed=3)
+    data.setup("fit")
+    trainer = tiny_trainer(tmp_path, [PrivacyAccountantCallback(None, DELTA)], max_steps=2)
+    with pytest.raises(ValueError, match="pass datamodule=..., not train_dataloaders"):
+        trainer.fit(module, train_dataloaders=data.train_dataloader())
+    assert module.sanitizer.events.total == 0
