@@ -253,8 +253,8 @@ class PrivacyAccountantCallback(AccountantReports):
             warn_if_target_changed(
                 self._restored["target_epsilon"], self.target_epsilon, self.releases
             )
+        self._decision = self._decide(update)
         if self._budget is None:
-            self._decide(update)
             return
         spent = self.epsilon()
         if spent > self._budget.target_epsilon:
@@ -264,7 +264,6 @@ class PrivacyAccountantCallback(AccountantReports):
                 f"{spent:.6g}. Training can only spend more; raise target_epsilon or start a new "
                 "run on new data"
             )
-        self._decision = self._decide(update)
         if self._decision.go:
             if self._decision.remaining is not None:
                 rank_zero_info(
