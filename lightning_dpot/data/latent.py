@@ -180,7 +180,7 @@ class PublicSplitDataModule(L.LightningDataModule):
         if path is not None and path.is_file():
             split.check_matches(PublicPrivateSplit.load(path), f"split_file={str(path)!r}")
         public = torch.tensor(split.public, dtype=torch.long)
-        if rank_world()[0] == 0:
+        if rank_world()[0] == 0 and not getattr(self.source, "generated", False):
             self._enter_public_uses(splits, public)
         if path is not None and not path.is_file():
             split.save(path)

@@ -111,10 +111,11 @@ def held_out_use(
     records: Tensor | None,
     data_module: str,
 ) -> PublicUse | None:
-    """The public use of the held-out split ``records`` of ``source`` (None without one),
+    """The public use of the held-out split ``records`` of ``source`` (None without one, or
+    for a generated source: :attr:`~lightning_dpot.data.sources.DataSource.generated`),
     keyed by ``record_keys`` (the ledger's :meth:`~lightning_dpot.data.ledger_file.
     PrivacyLedger.record_keys`)."""
-    if records is None or len(records) == 0:
+    if records is None or len(records) == 0 or getattr(source, "generated", False):
         return None
     which = f"the held-out split of {type(source).__name__}"
     return PublicUse(
@@ -163,7 +164,7 @@ def enter_evaluation_use(datamodule: object, records: Tensor, which: str) -> Non
     them as privately released, unless the datamodule says ``public_reuse="allow"``. A
     datamodule without a ledger or a source (one read from a release file) enters nothing."""
     ledger, source = getattr(datamodule, "ledger", None), getattr(datamodule, "source", None)
-    if ledger is None or source is None or len(records) == 0:
+    if ledger is None or source is None or len(records) == 0 or getattr(source, "generated", False):
         return
     name = type(datamodule).__name__
     if which == "test":

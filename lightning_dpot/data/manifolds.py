@@ -68,6 +68,8 @@ def arc_coverage(positions: Tensor, bins: int = 18) -> float:
 class CurveSource(DataSource):
     """Records drawn uniformly by arc length from a closed-form planar curve."""
 
+    generated = True
+
     low, high = -1.0, 1.0
     sample_shape = (2,)
     _resolution = 4096
@@ -173,6 +175,7 @@ class GaussianMixture2D(DataSource):
     the unit disk by rejection so that the declared support is {‖x‖₂ ≤ 1} (ℓ2 diameter 2,
     ℓ1 2√2)."""
 
+    generated = True
     low, high = -1.0, 1.0
     sample_shape = (2,)
 

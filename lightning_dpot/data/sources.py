@@ -51,6 +51,10 @@ class DataSource(ABC):
     high: float = 1.0
     sample_shape: tuple[int, ...] = ()
     num_classes: int | None = None
+    #: Points a seeded generator draws (the 2-D manifolds, the Gaussian mixture): they belong to
+    #: no person, so the privacy ledger enters no public use of them (independent draws share
+    #: byte-identical float32 points by chance); their releases are still entered.
+    generated: bool = False
 
     @property
     def dim(self) -> int:

@@ -212,3 +212,17 @@ def test_a_ledger_written_before_public_uses_still_reads_and_refuses(tmp_path):
         public.setup()
     with pytest.raises(ValueError, match="public_reuse must be 'refuse' or 'allow', got 'yes'"):
         PublicSplitDataModule(source, public_reuse="yes")
+
+
+def test_generated_points_enter_no_public_use():
+    """Independent draws of a generated source share byte-identical float32 points by chance
+    and belong to no person: their uses without noise are not entered (their releases are)."""
+    from lightning_dpot.data import Digits, HalfCircle
+    from lightning_dpot.data.ledger_file import PrivacyLedger
+    from lightning_dpot.data.ledger_public import held_out_use
+
+    ledger = PrivacyLedger()
+    circle = HalfCircle(n=50, n_test=20)
+    assert held_out_use(ledger.record_keys, circle, circle.load().test, "X") is None
+    digits = Digits()
+    assert held_out_use(ledger.record_keys, digits, digits.load().test, "X") is not None
