@@ -75,6 +75,7 @@ from lightning_dpot.privacy.accounting.migration import (
 )
 from lightning_dpot.privacy.contract import (
     PrivacyUpdate,
+    check_bases,
     look_ahead_step,
     refuse_tuners,
     require_private,
@@ -195,6 +196,7 @@ class PrivacyAccountantCallback(AccountantReports):
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         module = require_private(pl_module)
+        check_bases(module)
         refuse_tuners(trainer, type(module).__name__)
         for callback in trainer.callbacks:  # their refusals before this run's ledger entry
             if callback is not self and isinstance(callback, ChecksBeforeRelease):
@@ -226,8 +228,6 @@ class PrivacyAccountantCallback(AccountantReports):
         if self._budget is not None:  # before the module draws them
             self._budget.check_planned(self.composition, module.planned_events())
             warn_if_unstoppable(trainer)
-
-    # -- training -------------------------------------------------------------------------------
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -54,6 +54,7 @@ __all__ = [
     "PrivacyUpdate",
     "Release",
     "ReleasesPrivateData",
+    "check_bases",
     "look_ahead_step",
     "refuse_tuners",
     "require_private",
@@ -342,8 +343,7 @@ def require_private(pl_module: object) -> ReleasesPrivateData:
     """``pl_module`` as a private :class:`ReleasesPrivateData`, the accountant's precondition.
 
     Raises:
-        TypeError: if it does not subclass :class:`ReleasesPrivateData`, or lists
-            ``LightningModule`` before it among its bases.
+        TypeError: if it does not subclass :class:`ReleasesPrivateData`.
         ValueError: if none of its release objects adds noise (nothing to account).
     """
     name = type(pl_module).__name__
@@ -353,13 +353,6 @@ def require_private(pl_module: object) -> ReleasesPrivateData:
             "PrivacyAccountantCallback composes the events of the module's release objects, "
             "which the module names in privacy_releases()"
         )
-    mro = [cls.__name__ for cls in type(pl_module).__mro__]
-    if "LightningModule" in mro and mro.index("LightningModule") < mro.index("ReleasesPrivateData"):
-        raise TypeError(
-            f"{name} lists LightningModule before ReleasesPrivateData among its bases, so "
-            "Lightning's checkpoint hooks hide the mixin's and its release objects' state is not "
-            f"saved: declare class {name}(ReleasesPrivateData, ...)"
-        )
     if not pl_module.is_private:
         raise ValueError(
             f"{name} is not private (its release objects add no noise), so there is no "
@@ -367,6 +360,24 @@ def require_private(pl_module: object) -> ReleasesPrivateData:
             "configure the module with noise"
         )
     return pl_module
+
+
+def check_bases(module: ReleasesPrivateData) -> None:
+    """Refuse a class that lists ``LightningModule`` before :class:`ReleasesPrivateData`:
+    Lightning's checkpoint hooks would hide the mixin's, and its release objects' state would
+    not be saved (checked once, when a fit starts).
+
+    Raises:
+        TypeError: naming the class and the order to declare.
+    """
+    name = type(module).__name__
+    mro = [cls.__name__ for cls in type(module).__mro__]
+    if "LightningModule" in mro and mro.index("LightningModule") < mro.index("ReleasesPrivateData"):
+        raise TypeError(
+            f"{name} lists LightningModule before ReleasesPrivateData among its bases, so "
+            "Lightning's checkpoint hooks hide the mixin's and its release objects' state is not "
+            f"saved: declare class {name}(ReleasesPrivateData, ...)"
+        )
 
 
 def look_ahead_step(
