@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 from torch.utils.data import default_collate as _default_collate
 from typing_extensions import override
 
@@ -53,6 +53,7 @@ from lightning_dpot.checks import (
     check_positive_int,
     check_probability,
 )
+from lightning_dpot.data.tensor_batches import TensorBatches, unbatched
 from lightning_dpot.distributed import rank_world
 
 
@@ -249,13 +250,17 @@ class PoissonDataLoader(DataLoader):
     resumes exactly.
 
     The sampler is the loader's ``sampler`` and yields whole batches (``batch_size=None``: no
-    automatic batching; the dataset is read through :class:`BatchView`). Lightning replaces a
-    loader's sampler under DDP unless it is a ``DistributedSampler``, which this one is, so the
-    Poisson sampling the accountant assumes is what every process draws, with
-    ``use_distributed_sampler`` left at its default. Besides:
+    automatic batching). Lightning replaces a loader's sampler under DDP unless it is a
+    ``DistributedSampler``, which this one is, so the Poisson sampling the accountant assumes is
+    what every process draws, with ``use_distributed_sampler`` left at its default. Besides:
 
-    * ``collate_fn`` defaults to :class:`EmptyBatchCollate` (built from ``dataset[0]``), so empty
-      batches arrive as 0-row tensors;
+    * a :class:`~lightning_dpot.data.tensor_batches.TensorBatches`, or a plain ``TensorDataset``
+      without a ``collate_fn`` (read as one), is fetched by one gather per tensor and gives the
+      batch tuple directly; any other dataset is read through :class:`BatchView`, with
+      ``collate_fn`` defaulting to :class:`EmptyBatchCollate` (built from ``dataset[0]``). Either
+      way empty batches arrive as 0-row tensors;
+    * tensors already on an accelerator are fetched there, in this process: ``num_workers`` must
+      be 0 and ``pin_memory`` False;
     * ``state_dict`` / ``load_state_dict`` (Lightning's resumable-loader interface, saved in
       checkpoints under ``loops``) record the position after the last batch handed to the
       training loop, not the last one drawn (workers draw ahead), so a run resumed from a
@@ -266,6 +271,7 @@ class PoissonDataLoader(DataLoader):
 
     Raises:
         TypeError: ``sampler`` is not a :class:`PoissonBatchSampler`.
+        ValueError: ``num_workers`` > 0 or ``pin_memory`` with tensors on an accelerator.
     """
 
     def __init__(
@@ -277,11 +283,22 @@ class PoissonDataLoader(DataLoader):
     ) -> None:
         if not isinstance(sampler, PoissonBatchSampler):
             raise TypeError(f"sampler must be a PoissonBatchSampler, got {type(sampler).__name__}")
-        if collate_fn is None:
-            collate_fn = EmptyBatchCollate(dataset[0])
-        super().__init__(
-            BatchView(dataset), sampler=sampler, batch_size=None, collate_fn=collate_fn, **kwargs
-        )
+        if type(dataset) is TensorDataset and collate_fn is None:  # a subclass may transform
+            dataset = TensorBatches(*dataset.tensors)
+        if isinstance(dataset, TensorBatches):
+            if dataset.device.type != "cpu" and (
+                kwargs.get("num_workers", 0) > 0 or kwargs.get("pin_memory", False)
+            ):
+                raise ValueError(
+                    f"tensors on {dataset.device} are fetched in this process: num_workers must "
+                    f"be 0 and pin_memory False, got num_workers={kwargs.get('num_workers', 0)!r}"
+                    f", pin_memory={kwargs.get('pin_memory', False)!r}"
+                )
+            batched, collate_fn = dataset, unbatched if collate_fn is None else collate_fn
+        else:
+            batched = BatchView(dataset)
+            collate_fn = EmptyBatchCollate(dataset[0]) if collate_fn is None else collate_fn
+        super().__init__(batched, sampler=sampler, batch_size=None, collate_fn=collate_fn, **kwargs)
         self._consumed = sampler.state_dict()
 
     @property
@@ -320,8 +337,9 @@ def poisson_dataloader(
     world_size: int | None = None,
     **kwargs: Any,
 ) -> PoissonDataLoader:
-    """:class:`PoissonDataLoader` over ``dataset`` (which must have ``len``) with a fresh
-    :class:`PoissonBatchSampler`; ``kwargs`` go to the loader."""
+    """:class:`PoissonDataLoader` over ``dataset`` (which must have ``len``; a ``TensorDataset``
+    is fetched by one gather per tensor) with a fresh :class:`PoissonBatchSampler`; ``kwargs`` go
+    to the loader."""
     sampler = PoissonBatchSampler(
         len(dataset),  # type: ignore[arg-type]
         sample_rate,
