@@ -39,6 +39,26 @@ same) and every run whose JSON in ``--out`` carries the same fingerprint (compos
 overrides, δ, evaluation, autoencoder; :func:`lightning_dpot.compare.runner.cell_fingerprint`);
 a run interrupted in ``--work-dir`` (checkpoints, caches) resumes from its checkpoint.
 
+**One private run across time-limited jobs.** ``--single-run dp_sinkhorn --steps 280000
+--job-minutes 50 --state DIR`` trains one run of the paper's length (:data:`PAPER_STEPS`) across
+as many calls as it takes, each call one job (a cluster's time limit, a preemption):
+
+    python benchmarks/gpu_playbook.py --data-dir /usr/share/datasets/fashion-mnist \\
+        --single-run dp_sinkhorn --steps 280000 --job-minutes 50 --state /scratch/dps_280k
+
+The first job fixes the plan in ``DIR/run.json`` (σ calibrated once, for the planned length:
+``target_epsilon`` with ``trainer.max_steps = --steps``); a later job asking for another length
+or other settings is refused in one line. Each job resumes the run in ``DIR`` (given to it from
+the previous job's output, at any path: the runner names the moved release journal to the
+accountant, which checks it against the checkpoint), trains until the next step would end past
+``--job-minutes`` less ``--margin-minutes`` (:class:`JobClock`: the checkpoint is written inside
+the last batch, and every ``--checkpoint-minutes``), writes ``DIR/progress.json`` (steps done
+and planned, ε so far, σ, jobs) and exits 0 with a line saying what is left ("run again to
+continue"). The training steps' latents continue from the checkpoint
+(:class:`~lightning_dpot.callbacks.TrainingRngStream`), so the jobs make the uninterrupted run.
+The job that reaches the planned length scores the run like the ladder's runs and writes
+``--out`` (default ``DIR/results``).
+
 Every run is a separate private run of the same records: each ε holds for its run alone
 (sequential composition over runs). ``--tiny`` shrinks models and batches for a CPU check of the
 whole path on the first 100 images of each split; its numbers mean nothing.
@@ -48,6 +68,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
+import hashlib
 import json
 import logging
 import math
@@ -57,6 +79,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,7 +93,14 @@ import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
-from lightning_dpot.compare.runner import cell_fingerprint, run_cell, run_prepare  # noqa: E402
+from lightning_dpot.callbacks import TrainingRngStream  # noqa: E402
+from lightning_dpot.compare.runner import (  # noqa: E402
+    cell_fingerprint,
+    run_cell,
+    run_prepare,
+    score_cell,
+    train_cell,
+)
 from lightning_dpot.compare.suite import Cell, MethodSpec, PrepareSpec, Suite, load_suite  # noqa: E402
 from lightning_dpot.data.images import IDX_FILES, find_idx_file  # noqa: E402
 
@@ -81,6 +111,9 @@ SOURCE = "fashion_mnist"
 
 #: The papers' training lengths: the cap of each ladder.
 PAPER_STEPS = {"dp_sinkhorn": 280_000, "dpswflow_r": 35 * 120}
+#: The methods ``--single-run`` continues across jobs (DPSWflow-r reaches its paper length in
+#: one short loan).
+SINGLE_RUN_METHODS = ("dp_sinkhorn",)
 #: The autoencoder of Sebag et al. 2023, App. C.1: 30 epochs on the public half.
 PAPER_AUTOENCODER_EPOCHS = 30
 #: Published Fashion-MNIST numbers at (ε, δ) = (10, 1e-5), for the table and the plot.
@@ -237,6 +270,74 @@ def autoencoder_epochs(seconds: float, steps_per_epoch: int, step_seconds: float
     return max(1, min(PAPER_AUTOENCODER_EPOCHS, fit))
 
 
+# -- one private run across time-limited jobs ----------------------------------------------------
+class JobClock(L.Callback):
+    """Ends a job's training before its time limit, with a checkpoint.
+
+    After every training batch: when the next step would end after ``deadline`` (a
+    ``time.monotonic`` time; a step is taken to last as long as the longest of the job's last 20)
+    or the job has taken ``job_steps`` steps, it writes the checkpoint ``path`` and stops
+    training. It also writes ``path`` every ``every`` seconds (a job killed without notice
+    repeats at most that much training, whose releases its journal still counts) and after the
+    run's last step. The checkpoint is written inside the batch, so the next job continues the
+    same epoch of Poisson masks, as the uninterrupted run does."""
+
+    def __init__(
+        self, path: Path, deadline: float | None, job_steps: int | None, every: float
+    ) -> None:
+        self.path, self.deadline, self.job_steps, self.every = path, deadline, job_steps, every
+        self.steps = 0
+        self.ended_by: str | None = None
+        self._recent: deque[float] = deque(maxlen=20)
+        self._start = self._saved = time.monotonic()
+
+    @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._saved = time.monotonic()
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._start = time.monotonic()
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now = time.monotonic()
+        self._recent.append(now - self._start)
+        self.steps += 1
+        if trainer.global_step >= trainer.max_steps:
+            self.ended_by = "planned length"
+        elif trainer.should_stop:  # the accountant: the next step would pass the target
+            self.ended_by = "privacy budget"
+        elif self.job_steps is not None and self.steps >= self.job_steps:
+            self.ended_by = "--job-steps"
+        elif self.deadline is not None and now + max(self._recent) > self.deadline:
+            self.ended_by = "time limit"
+        if self.ended_by is not None or now - self._saved >= self.every:
+            trainer.save_checkpoint(self.path)
+            self._saved = time.monotonic()
+        if self.ended_by is not None:
+            trainer.should_stop = True
+
+
+def data_digest(folder: Path) -> str:
+    """SHA-256 of the four IDX files' contents (decompressed): the data's name in a run's
+    fingerprint, wherever a job finds them."""
+    digest = hashlib.sha256()
+    for names in IDX_FILES.values():
+        for name in names:
+            path = find_idx_file(folder, name)
+            assert path is not None  # parse_args checked
+            with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as fh:
+                for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+def refuse(message: str) -> SystemExit:
+    """The one line a job that would change its run ends with (exit status 1)."""
+    return SystemExit(f"gpu_playbook: {message}")
+
+
 # -- the playbook --------------------------------------------------------------------------------
 class Playbook:
     """The suite sized for this device and budget, its runs and its report (module docstring)."""
@@ -246,7 +347,7 @@ class Playbook:
         self.start = time.monotonic() if started is None else started
         self.budget = args.budget_minutes * 60.0
         self.out = Path(args.out).resolve()
-        self.work = Path(args.work_dir).resolve()
+        self.work = Path(args.state if args.single_run else args.work_dir).resolve()
         self.accelerator = "gpu" if args.device == "cuda" else "cpu"
         self.device_name = (
             torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({platform.machine()})"
@@ -270,8 +371,11 @@ class Playbook:
         print(f"[gpu_playbook {self.elapsed():7.1f} s] {message}", file=sys.stderr, flush=True)
 
     # -- the sized suite -------------------------------------------------------------------------
-    def source(self) -> dict:
-        init = {**self.base.sources[SOURCE]["init_args"], "idx_dir": str(self.args.data_dir)}
+    def source(self, idx_dir: str | None = None) -> dict:
+        """The data source on ``--data-dir`` (or on ``idx_dir``: a name for the data, for a
+        fingerprint that does not depend on where the data lie)."""
+        where = str(self.args.data_dir) if idx_dir is None else idx_dir
+        init = {**self.base.sources[SOURCE]["init_args"], "idx_dir": where}
         if self.args.tiny:
             init.update(TINY["source"])
         return {"class_path": self.base.sources[SOURCE]["class_path"], "init_args": init}
@@ -288,11 +392,13 @@ class Playbook:
         sized = {"trainer.max_epochs": epochs, "data.init_args.source": self.source()}
         return {**spec.set, **self.common(), **tiny, **sized}
 
-    def suite(self, name: str, method: str, steps: int, epochs: int) -> Suite:
+    def suite(
+        self, name: str, method: str, steps: int, epochs: int, idx_dir: str | None = None
+    ) -> Suite:
         """The playbook's suite for one run: ``method`` as ``name`` with ``trainer.max_steps =
-        steps`` on ``--data-dir``; DPSWflow-r with the autoencoder of ``epochs`` (the prepare
-        step, named for its epochs), DP-Sinkhorn with no prepare step (none is part of its
-        fingerprint)."""
+        steps`` on ``--data-dir`` (or ``idx_dir``, :meth:`source`) and the ``--set`` values;
+        DPSWflow-r with the autoencoder of ``epochs`` (the prepare step, named for its epochs),
+        DP-Sinkhorn with no prepare step (none is part of its fingerprint)."""
         spec = self.base.methods[method]
         prepare = {}
         setters = dict(spec.set)
@@ -309,14 +415,11 @@ class Playbook:
         tiny = TINY[method] if self.args.tiny else {}
         sized = {"trainer.max_steps": steps, "trainer.max_epochs": -1}
         evaluation = {**self.base.evaluation, **(TINY["evaluation"] if self.args.tiny else {})}
+        chosen = {**setters, **self.common(), **tiny, **dict(self.args.set), **sized}
         return dataclasses.replace(
             self.base,
-            sources={SOURCE: self.source()},
-            methods={
-                name: MethodSpec(
-                    name, spec.config, {**setters, **self.common(), **tiny, **sized}, (SOURCE,)
-                )
-            },
+            sources={SOURCE: self.source(idx_dir)},
+            methods={name: MethodSpec(name, spec.config, chosen, (SOURCE,))},
             prepare=prepare,
             evaluation=evaluation,
         )
@@ -352,9 +455,25 @@ class Playbook:
         self.log(f"{name}: training {steps} steps, target ε = {cell.epsilon:g}")
         timer = StepTimer()
         record = run_cell(suite, cell, self.work, callbacks=[timer])
-        report = json.loads(Path(record["report"]).read_text())["privacy"]
         timed = bool(timer.seconds)  # a cell finished in --work-dir is read back, not timed
         step_seconds = timer.step_seconds() if timed else record["fit_seconds"] / record["steps"]
+        setup_seconds = record["fit_seconds"] - sum(timer.seconds) if timed else 0.0
+        return self.keep(method, steps, record, digest, step_seconds, setup_seconds)
+
+    def keep(
+        self,
+        method: str,
+        steps: int,
+        record: dict,
+        digest: str,
+        step_seconds: float,
+        setup_seconds: float,
+        **more: Any,
+    ) -> dict:
+        """Write a scored run's ``runs/<run>.json`` (its cell's record, σ, step times, ``more``)
+        and ``samples/<run>.png`` in ``--out``."""
+        name, cell_dir = record["method"], Path(record["report"]).parent
+        report = json.loads(Path(record["report"]).read_text())["privacy"]
         result = {
             "run": name,
             "method": method,
@@ -367,17 +486,18 @@ class Playbook:
             "epsilon_pld": report.get("epsilon_pld"),
             "metrics": record["metrics"],
             "step_seconds": step_seconds,
-            "setup_seconds": record["fit_seconds"] - sum(timer.seconds) if timed else 0.0,
+            "setup_seconds": setup_seconds,
             "fit_seconds": record["fit_seconds"],
             "evaluate_seconds": record["evaluate_seconds"],
             "device": self.device_name,
             "torch": torch.__version__,
             "tiny": self.args.tiny,
             "fingerprint": digest,
-            "cell_dir": str(Path(record["report"]).parent),
+            "cell_dir": str(cell_dir),
+            **more,
         }
-        self.write_samples(name, Path(record["report"]).parent / "samples.pt")
-        write_json(path, result)
+        self.write_samples(name, cell_dir / "samples.pt")
+        write_json(self.out / "runs" / f"{name}.json", result)
         self.runs[name] = result
         epsilon = result["privacy"]["epsilon"]
         self.log(
@@ -604,6 +724,192 @@ class Playbook:
         write_json(self.out / "summary.json", summary)
         return summary
 
+    # -- one private run across time-limited jobs -------------------------------------------------
+    def single_cell(self) -> tuple[Suite, Cell, dict]:
+        """``--single-run``'s one-cell suite, its cell and its fingerprint, in which the data
+        are named by their contents (:func:`data_digest`), not by where this job finds them."""
+        method, steps = self.args.single_run, self.args.steps
+        name = f"{method}_{steps}steps"
+        suite = self.suite(name, method, steps, 1)
+        cell = Cell(name, SOURCE, suite.epsilons[0], suite.seeds[0])
+        named = f"sha256:{data_digest(Path(self.args.data_dir))}"
+        return suite, cell, cell_fingerprint(self.suite(name, method, steps, 1, named), cell)
+
+    def claim(self, cell: Cell, fingerprint: dict) -> dict:
+        """``run.json``: what the run in ``--state`` is, written by its first job. A later job
+        asking for another run (another length, other settings or data) is refused."""
+        path = self.work / "run.json"
+        wanted = {
+            "run": cell.method,
+            "method": self.args.single_run,
+            "planned_steps": self.args.steps,
+            "target_epsilon": cell.epsilon,
+            "delta": self.base.delta,
+            "tiny": self.args.tiny,
+            "set": dict(self.args.set),
+            "fingerprint": fingerprint,
+        }
+        if not path.is_file():
+            write_json(path, wanted)
+            return wanted
+        stored = json.loads(path.read_text())
+        if stored["fingerprint"]["digest"] == fingerprint["digest"]:
+            return stored
+        if stored["planned_steps"] != self.args.steps:
+            raise refuse(
+                f"--steps {self.args.steps} but the run in {self.work} is planned for "
+                f"{stored['planned_steps']} steps (σ was calibrated once, for them): a job never "
+                f"changes its run's plan. Continue it with --steps {stored['planned_steps']}, or "
+                "start another private run in a new --state folder"
+            )
+        old, new = stored["fingerprint"]["parts"], fingerprint["parts"]
+        changed = [key for key in new if key != "overrides" and old.get(key) != new[key]]
+        before, now = set(old.get("overrides", [])), set(new["overrides"])
+        changed += sorted({arg.split("=", 1)[0].lstrip("-") for arg in before ^ now})
+        raise refuse(
+            f"the run in {self.work} was started with other settings ({', '.join(changed)} "
+            "differ; data are named by their contents): a job never changes its run's plan. "
+            "Continue it with the settings in its run.json, or start another private run in a "
+            "new --state folder"
+        )
+
+    def job(self) -> dict:
+        """One job of ``--single-run``: continue the run in ``--state`` until the job's time is
+        nearly up, write ``progress.json``, and score the run once it reaches its length."""
+        suite, cell, fingerprint = self.single_cell()
+        self.claim(cell, fingerprint)
+        steps, state = self.args.steps, self.work
+        progress_path = state / "progress.json"
+        before = json.loads(progress_path.read_text()) if progress_path.is_file() else {}
+        record_path = state / "cells" / cell.key / "cell.json"
+        if record_path.is_file():
+            record = json.loads(record_path.read_text())
+            result = self.keep_single(record, before, fingerprint)
+            self.say(
+                f"{cell.method}: finished before, {record['steps']:,} steps in "
+                f"{before.get('jobs')} jobs, ε = {record['privacy']['epsilon']:.4g}: nothing "
+                f"left to do; results in {self.out}"
+            )
+            return {**before, "result": result, "failed_runs": []}
+        deadline = None
+        if self.args.job_minutes is not None:
+            deadline = self.start + 60.0 * (self.args.job_minutes - self.args.margin_minutes)
+        checkpoint = state / "cells" / cell.key / "checkpoints" / "last.ckpt"
+        clock = JobClock(
+            checkpoint, deadline, self.args.job_steps, 60.0 * self.args.checkpoint_minutes
+        )
+        timer = StepTimer()
+        jobs = int(before.get("jobs", 0)) + 1
+        self.log(f"{cell.method}: job {jobs}, {steps:,} steps planned, state {state}")
+        if before.get("state", str(state)) != str(state):
+            self.log(
+                f"{cell.method}: the state folder moved from {before['state']} to {state}: the "
+                "run continues from its checkpoint and release journal here (the accountant "
+                "checks the journal against the checkpoint)"
+            )
+        trained = train_cell(
+            suite,
+            cell,
+            state,
+            callbacks=[TrainingRngStream(), clock, timer],
+            fingerprint=fingerprint,
+            args=["--trainer.enable_checkpointing=false"],
+        )
+        report = json.loads((trained.cell_dir / "report.json").read_text())["privacy"]
+        done = int(trained.cli.trainer.global_step)
+        stopped = bool(report.get("stopped_by_budget"))
+        progress = {
+            "run": cell.method,
+            "method": self.args.single_run,
+            "planned_steps": steps,
+            "steps_done": done,
+            "steps_left": max(0, steps - done),
+            "finished": done >= steps or stopped,
+            "epsilon": report.get("epsilon"),
+            "delta": report.get("delta"),
+            "target_epsilon": cell.epsilon,
+            "accountant": report.get("accountant"),
+            "releases": report.get("releases"),
+            "noise_multiplier": report.get("noise_multiplier"),
+            "stopped_by_budget": stopped,
+            "jobs": jobs,
+            "fit_seconds": round(float(before.get("fit_seconds", 0.0)) + trained.fit_seconds, 2),
+            "step_seconds": timer.step_seconds() if timer.seconds else before.get("step_seconds"),
+            "last_job": {
+                "steps": clock.steps,
+                "ended_by": clock.ended_by or "no step left",
+                "seconds": round(self.elapsed(), 1),
+                "device": self.device_name,
+            },
+            "state": str(state),
+            "checkpoint": str(checkpoint.relative_to(state)),
+            "journal": _inside(report.get("journal"), state),
+        }
+        write_json(progress_path, progress)
+        epsilon, sigma = progress["epsilon"], progress["noise_multiplier"]
+        so_far = f"ε = {epsilon:.4g} so far ({progress['accountant']}), σ = {sigma:.4g}"
+        if not progress["finished"]:
+            more = math.ceil(progress["steps_left"] / max(clock.steps, 1))
+            self.say(
+                f"{cell.method}: {done:,} of {steps:,} steps after job {jobs}, {so_far}; "
+                f"{progress['steps_left']:,} steps left (about {more} more jobs like this one): "
+                "run again to continue (the same command, with this --state)"
+            )
+            return {**progress, "failed_runs": []}
+        if stopped:
+            self.log(f"{cell.method}: the accountant ended the run at {done:,} steps")
+        self.log(f"{cell.method}: {done:,} steps, {so_far}; evaluating")
+        record = score_cell(suite, cell, state, trained)
+        result = self.keep_single(record, progress, fingerprint)
+        self.say(
+            f"{cell.method}: finished, {done:,} steps in {jobs} jobs, ε = {epsilon:.4g}; "
+            f"{_short(record['metrics'])}; results in {self.out}"
+        )
+        return {**progress, "result": result, "failed_runs": []}
+
+    def keep_single(self, record: dict, progress: dict, fingerprint: dict) -> dict:
+        """The scored run's JSON, samples and ``summary.json`` / ``results.md`` in ``--out``."""
+        fit_seconds = progress.get("fit_seconds", record["fit_seconds"])
+        step_seconds = progress.get("step_seconds") or fit_seconds / max(record["steps"], 1)
+        result = self.keep(
+            self.args.single_run,
+            self.args.steps,
+            record,
+            fingerprint["digest"],
+            step_seconds,
+            0.0,
+            jobs=progress.get("jobs"),
+            fit_seconds=fit_seconds,
+        )
+        summary = {
+            "suite": str(SUITE.relative_to(REPO)),
+            "device": self.device_name,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "lightning": L.__version__,
+            "python": platform.python_version(),
+            "target": {"epsilon": self.base.epsilons[0], "delta": self.base.delta},
+            "num_samples": self.suite("", "dp_sinkhorn", 1, 1).evaluation["num_samples"],
+            "budget_minutes": None,
+            "single_run": progress,
+            "finished": True,
+            "tiny": self.args.tiny,
+            "runs": [result],
+            "reused_runs": [],
+            "skipped_runs": [],
+            "failed_runs": [],
+            "published": PUBLISHED,
+        }
+        (self.out / "results.md").write_text(markdown(summary))
+        plot([result], self.out / "accuracy_vs_steps.png")
+        write_json(self.out / "summary.json", summary)
+        return result
+
+    def say(self, line: str) -> None:
+        """A job's last line: logged, and on stdout for the cluster's job log."""
+        self.log(line)
+        print(line, flush=True)
+
     def write_samples(self, name: str, samples: Path) -> None:
         import matplotlib
 
@@ -619,6 +925,16 @@ class Playbook:
 
 
 # -- outputs -------------------------------------------------------------------------------------
+def _inside(path: str | None, folder: Path) -> str | None:
+    """``path`` relative to ``folder`` when it lies in it (a state folder moves)."""
+    if path is None:
+        return None
+    try:
+        return str(Path(path).relative_to(folder))
+    except ValueError:
+        return path
+
+
 def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str))
@@ -638,14 +954,16 @@ def _cell(value: float | None, digits: str = ".3f") -> str:
 
 def markdown(summary: dict) -> str:
     """The results table, one row per run, and the published numbers beside it."""
-    minutes = summary["budget_minutes"]
+    minutes, single = summary["budget_minutes"], summary.get("single_run")
+    budget = f"budget {minutes:g} min" if single is None else f"{single['jobs']} jobs"
     lines = [
         "# GPU playbook: DP-Sinkhorn and DPSWflow-r on Fashion-MNIST",
         "",
         f"Target (ε, δ) = ({summary['target']['epsilon']:g}, {summary['target']['delta']:g}), "
-        f"central DP; device {summary['device']}, torch {summary['torch']}; budget {minutes:g} "
-        "min. Every run is one private run with σ calibrated for its own length; ε is its "
-        "accountant's. FD: Fréchet distance on the project classifier's features (not FID). "
+        f"central DP; device {summary['device']}, torch {summary['torch']}; {budget}. Every "
+        "run is one private run with σ calibrated for its own length (once, however many jobs "
+        "it took); ε is its accountant's. FD: Fréchet distance on the project classifier's "
+        "features (not FID). "
         f"Accuracy: LogReg / MLP / CNN trained on {summary['num_samples']:,} labelled samples "
         "(full protocol of Cao et al. 2021, App. D.2), tested on the real test images; "
         "DPSWflow-r is unconditional (no labels, no accuracy).",
@@ -756,10 +1074,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget-minutes", type=_number("--budget-minutes", 0), default=40.0,
         help="everything (measuring, the autoencoder, training, evaluation) ends within this",
     )  # fmt: skip
-    parser.add_argument("--out", default="docs/results/gpu_playbook", help="results folder")
     parser.add_argument(
-        "--work-dir", default="runs/gpu_playbook",
-        help="checkpoints, caches and run directories (large; not results)",
+        "--out", default=None,
+        help="results folder (default docs/results/gpu_playbook; with --single-run STATE/results)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--work-dir", default=None,
+        help="checkpoints, caches and run directories (large; not results; default "
+        "runs/gpu_playbook; not with --single-run, whose run lives in --state)",
     )  # fmt: skip
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument(
@@ -782,7 +1104,83 @@ def build_parser() -> argparse.ArgumentParser:
         "--tiny", action="store_true",
         help="small models and batches: a CPU check of the whole path, numbers meaningless",
     )  # fmt: skip
+    single = parser.add_argument_group(
+        "one private run across time-limited jobs (each call is one job; module docstring)"
+    )
+    single.add_argument(
+        "--single-run", choices=SINGLE_RUN_METHODS, default=None,
+        help="continue one run of this method in --state instead of the ladders",
+    )  # fmt: skip
+    single.add_argument(
+        "--steps", type=_number("--steps", 1, int, above=False), default=None,
+        help="the run's planned length (σ is calibrated for it once; default the paper's: "
+        f"{PAPER_STEPS['dp_sinkhorn']:,} for dp_sinkhorn)",
+    )  # fmt: skip
+    single.add_argument(
+        "--state", default=None,
+        help="the run's folder (checkpoint, release journal, run.json, progress.json): give "
+        "each job the folder the previous job left",
+    )  # fmt: skip
+    single.add_argument(
+        "--job-minutes", type=_number("--job-minutes", 0), default=None,
+        help="this job's time limit, counted from the script's start (default: none)",
+    )  # fmt: skip
+    single.add_argument(
+        "--margin-minutes", type=_number("--margin-minutes", 0, above=False), default=5.0,
+        help="training ends this long before --job-minutes (the checkpoint, the reports)",
+    )  # fmt: skip
+    single.add_argument(
+        "--checkpoint-minutes", type=_number("--checkpoint-minutes", 0), default=10.0,
+        help="also write the checkpoint this often (what a job killed without notice repeats)",
+    )  # fmt: skip
+    single.add_argument(
+        "--job-steps", type=_number("--job-steps", 1, int, above=False), default=None,
+        help="at most this many steps in this job",
+    )  # fmt: skip
+    single.add_argument(
+        "--set", action="append", type=_setting, default=[], metavar="KEY=VALUE",
+        help="a config value of the run (part of its plan, e.g. model.init_args.noise_seed=0 "
+        "for a test); repeatable",
+    )  # fmt: skip
     return parser
+
+
+def _setting(text: str) -> tuple[str, str]:
+    """``--set KEY=VALUE`` as ``(KEY, VALUE)``; the run's length is ``--steps``'s."""
+    key, equals, value = text.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"--set takes KEY=VALUE, got {text!r}")
+    if key in ("trainer.max_steps", "trainer.max_epochs"):
+        raise argparse.ArgumentTypeError(f"--set {key}: the run's length is --steps")
+    return key, value
+
+
+def check_single_run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The options of ``--single-run`` go with it, and its run lives in ``--state``; fills in
+    the defaults that depend on the mode."""
+    if args.single_run is None:
+        given = [
+            name
+            for name in ("steps", "state", "job_minutes", "job_steps")
+            if getattr(args, name) is not None
+        ] + (["set"] if args.set else [])
+        if given:
+            options = ", ".join(f"--{name.replace('_', '-')}" for name in given)
+            parser.error(f"{options} go with --single-run")
+        args.out = args.out or "docs/results/gpu_playbook"
+        args.work_dir = args.work_dir or "runs/gpu_playbook"
+        return
+    if args.state is None:
+        parser.error("--single-run needs --state, the run's folder (the same for every job)")
+    if args.work_dir is not None:
+        parser.error("--work-dir does not go with --single-run: the run lives in --state")
+    if args.job_minutes is not None and args.margin_minutes >= args.job_minutes:
+        parser.error(
+            f"--margin-minutes ({args.margin_minutes:g}) must be below --job-minutes "
+            f"({args.job_minutes:g}): no time would be left to train"
+        )
+    args.steps = args.steps or PAPER_STEPS[args.single_run]
+    args.out = args.out or str(Path(args.state) / "results")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -797,6 +1195,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ]
     if missing:
         parser.error(f"--data-dir={args.data_dir!r} lacks {', '.join(missing)} (or the .gz)")
+    check_single_run(parser, args)
     if args.max_steps is not None and args.max_steps < 2 * args.probe_steps:
         parser.error(
             f"--max-steps must be >= 2 × --probe-steps = {2 * args.probe_steps} (the ladder "
@@ -816,7 +1215,9 @@ def main(argv: list[str] | None = None, started: float | None = None) -> dict:
     started (default now). Returns the summary written to ``--out/summary.json``."""
     # dp-accounting logs every RDP order it cannot evaluate (harmless: that order is left out).
     logging.getLogger("absl").setLevel(logging.ERROR)
-    return Playbook(parse_args(argv), started).execute()
+    args = parse_args(argv)
+    playbook = Playbook(args, started)
+    return playbook.job() if args.single_run else playbook.execute()
 
 
 if __name__ == "__main__":

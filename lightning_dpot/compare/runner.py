@@ -7,7 +7,12 @@ scores them with :mod:`lightning_dpot.metrics.evaluators` against the raw held-o
 the privacy guarantee from the run's own ``report.json`` and writes ``cell.json`` last
 (atomically): a cell with ``cell.json`` is finished and never redone. An interrupted cell
 resumes from its newest checkpoint (its accountant state and cached release come back with it,
-so the count continues; a cell killed before its first checkpoint starts over).
+so the count continues; a cell killed before its first checkpoint starts over). A cell folder that
+moved since its checkpoint was written (another machine, another path) continues the release
+journal that moved with it: the runner names it to the accountant
+(``PrivacyAccountantCallback(journal_path=...)``), which checks that it is the checkpoint's.
+:func:`train_cell` and :func:`score_cell` are the two halves of :func:`run_cell`, for a caller
+that trains one cell across several processes (``benchmarks/gpu_playbook.py --single-run``).
 
 A cell is tied to what it ran: the fingerprint of its composed config, its overrides, the
 suite's δ, the evaluation settings and the prepare steps (:func:`cell_fingerprint`) is written
@@ -29,6 +34,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +46,16 @@ from lightning_dpot.compare.suite import Cell, Suite, suite_metrics
 from lightning_dpot.data.protocols import held_out_split
 from lightning_dpot.generative import draw
 
-__all__ = ["cell_fingerprint", "cell_privacy", "evaluate_model", "run_cell", "run_prepare"]
+__all__ = [
+    "TrainedCell",
+    "cell_fingerprint",
+    "cell_privacy",
+    "evaluate_model",
+    "run_cell",
+    "run_prepare",
+    "score_cell",
+    "train_cell",
+]
 
 NOTIONS = ("local", "central")
 
@@ -261,20 +276,52 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
     return run_dir
 
 
-def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callback] = ()) -> dict:
-    """Train, evaluate and record one cell (or read its record if it is finished).
+def _moved_journal(checkpoint: Path, cell_dir: Path) -> Path | None:
+    """The release journal of the cell in ``cell_dir`` when the folder moved since
+    ``checkpoint`` was written: the file of the journal's name in it (the runner's runs journal
+    at the top of their cell folder), if the journal the checkpoint names is gone."""
+    from lightning_dpot.callbacks.privacy_record import checkpoint_journal
 
-    ``callbacks`` join the cell's trainer (e.g. a step timer); they change nothing the cell
-    records. The evaluators run on the device the cell trained on."""
+    journal = checkpoint_journal(torch.load(checkpoint, map_location="cpu", weights_only=False))
+    if journal is None:
+        return None
+    if Path(journal["path"]).exists():  # not moved: a copy beside it is not the run
+        return None
+    here = cell_dir.absolute() / Path(journal["path"]).name
+    return here if here.is_file() else None
+
+
+@dataclass
+class TrainedCell:
+    """A cell's run after :func:`train_cell`: its LightningCLI (``model``, ``datamodule``,
+    ``trainer``), folder, fitting time, the checkpoint it resumed from and its fingerprint."""
+
+    cli: Any
+    cell_dir: Path
+    fit_seconds: float
+    resumed: Path | None
+    fingerprint: dict[str, Any]
+
+
+def train_cell(
+    suite: Suite,
+    cell: Cell,
+    out_dir: Path,
+    callbacks: Sequence[Callback] = (),
+    fingerprint: dict[str, Any] | None = None,
+    args: Sequence[str] = (),
+) -> TrainedCell:
+    """Train one cell, or resume it from its newest checkpoint, without scoring it.
+
+    ``fingerprint`` (default :func:`cell_fingerprint`) is what a checkpoint of the cell is
+    checked against and ``plan.json`` holds; ``args`` are further ``dpot fit`` arguments outside
+    it (how often to checkpoint, say); ``callbacks`` join the trainer."""
+    from lightning_dpot.callbacks import PrivacyAccountantCallback
     from lightning_dpot.training import run_lightning
 
     cell_dir = out_dir / "cells" / cell.key
-    record_path, plan_path = cell_dir / "cell.json", cell_dir / "plan.json"
-    fingerprint = cell_fingerprint(suite, cell)
-    if record_path.is_file():
-        record = json.loads(record_path.read_text())
-        _check_fingerprint(cell, cell_dir, record.get("fingerprint"), fingerprint)
-        return record
+    plan_path = cell_dir / "plan.json"
+    fingerprint = cell_fingerprint(suite, cell) if fingerprint is None else fingerprint
     resumed = _newest_checkpoint(cell_dir)
     if resumed is not None:  # resume only under the settings the checkpoint was made with
         stored = json.loads(plan_path.read_text()) if plan_path.is_file() else None
@@ -282,7 +329,7 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callba
     cell_dir.mkdir(parents=True, exist_ok=True)
     _write_json(plan_path, fingerprint)
     spec = suite.methods[cell.method]
-    args = [
+    cli_args = [
         "--config", str(spec.config),
         *suite.overrides(spec.set, suite.values(out_dir, cell, cell_dir)),
         f"--seed_everything={cell.seed}",
@@ -290,14 +337,26 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callba
         "--trainer.logger=false",
         "--trainer.enable_progress_bar=false",
         "--trainer.enable_model_summary=false",
+        *args,
     ]  # fmt: skip
     start = time.perf_counter()
     with _quiet():
-        cli = run_lightning(args, run=False)
+        cli = run_lightning(cli_args, run=False)
         cli.trainer.callbacks.append(_SampleCount(int(suite.evaluation.get("num_samples", 2000))))
         cli.trainer.callbacks.extend(callbacks)
+        moved = None if resumed is None else _moved_journal(resumed, cell_dir)
+        for callback in cli.trainer.callbacks:
+            if moved is not None and isinstance(callback, PrivacyAccountantCallback):
+                callback.journal_path = moved
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=resumed)
-        fit_seconds = time.perf_counter() - start
+    return TrainedCell(cli, cell_dir, time.perf_counter() - start, resumed, fingerprint)
+
+
+def score_cell(suite: Suite, cell: Cell, out_dir: Path, trained: TrainedCell) -> dict:
+    """Evaluate a trained cell on the device it trained on, save its sample grid and write its
+    record (``cell.json``), which marks it finished."""
+    cli, cell_dir = trained.cli, trained.cell_dir
+    with _quiet():
         report = json.loads((cell_dir / "report.json").read_text())
         privacy = cell_privacy(report)
         start = time.perf_counter()
@@ -319,11 +378,11 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callba
         "privacy": privacy,
         "metrics": metrics,
         "steps": int(cli.trainer.global_step),
-        "fit_seconds": round(fit_seconds, 2),
+        "fit_seconds": round(trained.fit_seconds, 2),
         "evaluate_seconds": round(time.perf_counter() - start, 2),
-        "resumed_from": None if resumed is None else str(resumed),
+        "resumed_from": None if trained.resumed is None else str(trained.resumed),
         "report": str(cell_dir / "report.json"),
-        "fingerprint": fingerprint,
+        "fingerprint": trained.fingerprint,
     }
     delta = privacy.get("delta")
     if (
@@ -332,5 +391,20 @@ def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callba
         or (delta is not None and delta > suite.delta * (1 + 1e-9))
     ):
         record["privacy"]["exceeds_target"] = True  # (ε, δ) above the suite's target
-    _write_json(record_path, record)
+    _write_json(cell_dir / "cell.json", record)
     return record
+
+
+def run_cell(suite: Suite, cell: Cell, out_dir: Path, callbacks: Sequence[Callback] = ()) -> dict:
+    """Train, evaluate and record one cell (or read its record if it is finished).
+
+    ``callbacks`` join the cell's trainer (e.g. a step timer); they change nothing the cell
+    records. The evaluators run on the device the cell trained on."""
+    record_path = out_dir / "cells" / cell.key / "cell.json"
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        _check_fingerprint(
+            cell, record_path.parent, record.get("fingerprint"), cell_fingerprint(suite, cell)
+        )
+        return record
+    return score_cell(suite, cell, out_dir, train_cell(suite, cell, out_dir, callbacks))
