@@ -4,8 +4,10 @@ Sides, timed in turn step after step (same thread, same load):
 
 * ``new``: this package — conditional DCGAN, semi-debiased loss with ``auto`` (the fixed-budget
   ``newton`` backend, ``fixed_budget`` as a private run sets it), its ``GradientSanitizer`` as the
-  gradient hook.
-* ``old``: the package at ``--old-rev`` (Sinkhorn sweeps to tol 1e-3 with a 2,000-sweep cap),
+  gradient hook, fused Adam as ``DPSinkhorn`` steps it; ``--cuda-graphs``: the solves replayed
+  as CUDA graphs (``cuda_graphs=True``).
+* ``old``: the package at ``--old-rev``: its fixed-budget private solve where it has one,
+  else Sinkhorn sweeps to tol 1e-3 with a 2,000-sweep cap (the default, b8dc265),
   loaded with :func:`revision.load_revision`.
 * ``official``: the configuration of the authors' released code — geomloss 0.3.1
   ``SamplesLoss("sinkhorn", p=2, blur, debias=False, backend="tensorized")`` (default scaling
@@ -17,6 +19,13 @@ Sides, timed in turn step after step (same thread, same load):
   matrix product): the same generator as ``new``.
 * ``released``: ``official`` with the generator in the authors' layout (NCHW, every layer an
   ``nn.ConvTranspose2d``), as their code runs it; same weights.
+* ``authors``: the authors' own code, imported from ``--authors-code PATH`` (the root of a
+  checkout of https://github.com/nv-tlabs/DP-Sinkhorn_code; none of it is kept here): their
+  ``train_step`` of ``sinkhorn_poisson.py`` with their generator (``src/architecture/dcgan.py``),
+  cost (``src/cost_function.py``) and geomloss loss at the README's MNIST flags (``--p 1
+  --sinkhorn_eps 0.05``: ε = 0.05), n' = 20, σ = 1.5, on the same real batch
+  (:mod:`authors_dp_sinkhorn` says what it runs and how the parts are split). Every side is also
+  reported against it (``vs_authors``).
 
 Settings (paper, App. D.3): n = 50 real and n + ⌊0.4n⌋ = 70 generated rows, λ = 0.05, m = 1,
 α_c = 15, clip 0.5, σ = 1.5, q = 1/1200; random images as the real batch. One step = generator
@@ -27,11 +36,14 @@ entropic_plan_newton`) at the side's own ε, on the first step's batch.
 
     python benchmarks/bench_dp_sinkhorn_step.py --threads 1 --steps 20 \
         --out docs/results/bench_dp_sinkhorn_step_cpu.json
+    python benchmarks/bench_dp_sinkhorn_step.py --threads 1 --steps 5 --warmup 1 \
+        --sides new released authors --authors-code PATH/TO/DP-Sinkhorn_code
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -85,7 +97,10 @@ class Side:
             plain.load_state_dict(first.state_dict())
             self.gen.net[0] = plain.to(device)
             self.gen.to(memory_format=torch.contiguous_format)
-        self.opt = torch.optim.Adam(self.gen.parameters(), lr=1e-4, weight_decay=2e-5)
+        # ``new`` steps Adam as DPSinkhorn.configure_optimizers does (fused), the others as
+        # their code does.
+        fused = {"fused": True} if name == "new" else {}
+        self.opt = torch.optim.Adam(self.gen.parameters(), lr=1e-4, weight_decay=2e-5, **fused)
         self.n, self.n_prime = args.batch, int(args.batch * 0.4 + 1e-9)
         diameter = mixed_cost_diameter(784, 2.0, 1.0, 15.0)
         self.official = name in ("official", "released")
@@ -93,7 +108,11 @@ class Side:
             self.loss_fn = _official_loss(args.official_blur, 1.0)
             self.eps = args.official_blur**2
         else:
-            kwargs = {"fixed_budget": True} if name == "new" else {"warn_not_converged": False}
+            loss_class = pkg.ot.dp_sinkhorn.SemiDebiasedSinkhorn
+            private = "fixed_budget" in inspect.signature(loss_class).parameters
+            kwargs = {"fixed_budget": True} if private else {"warn_not_converged": False}
+            if name == "new" and args.cuda_graphs:
+                kwargs["cuda_graphs"] = True
             self.loss_fn = pkg.ot.dp_sinkhorn.SemiDebiasedSinkhorn(
                 0.05, 1.0, 0.4, 10, 15.0, diameter, **kwargs
             )
@@ -199,6 +218,32 @@ class Side:
         }
 
 
+def _dispatch(side: Side, real, real_labels, steps: int = 3) -> dict:
+    """Operations dispatched and host waits per step (:mod:`lightning_dpot.callbacks.
+    step_profile`), counted by the profiler over ``steps`` untimed steps."""
+    from torch.profiler import profile
+
+    from lightning_dpot.callbacks.step_profile import count_events
+
+    with profile() as prof:
+        for _ in range(steps):
+            side.step(real, real_labels, record=False)
+    ops, waits, optimizer_reads = count_events(prof.events())
+    return {
+        "ops_per_step": round(ops / steps),
+        "host_waits_per_step": round(sum(waits.values()) / steps, 1),
+        "optimizer_counter_reads_per_step": round(optimizer_reads / steps, 1),
+        "host_waits": {where: count / steps for where, count in waits.most_common()},
+    }
+
+
+def _authors_side(args, device):
+    """The ``authors`` side: their own step, imported from ``--authors-code``."""
+    from authors_dp_sinkhorn import AuthorsSide
+
+    return AuthorsSide(args.authors_code, args.batch, device, Side.gradient_error)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
@@ -209,8 +254,17 @@ def main() -> None:
     parser.add_argument("--sides", nargs="*", default=["new", "old", "official", "released"])
     parser.add_argument("--old-rev", default=OLD_REV)
     parser.add_argument("--official-blur", type=float, default=0.05)
+    parser.add_argument(
+        "--cuda-graphs", action="store_true", help="new: replay the solves as CUDA graphs"
+    )
+    parser.add_argument(
+        "--authors-code",
+        help="authors: root of a checkout of https://github.com/nv-tlabs/DP-Sinkhorn_code",
+    )
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
+    if "authors" in args.sides and not args.authors_code:
+        parser.error("the authors side needs --authors-code PATH")
     old = load_revision(args.old_rev) if "old" in args.sides else None
     import torch
 
@@ -221,7 +275,12 @@ def main() -> None:
     new = sys.modules["lightning_dpot"]
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    sides = [Side(s, old if s == "old" else new, args, device) for s in args.sides]
+    sides = [
+        _authors_side(args, device)
+        if s == "authors"
+        else Side(s, old if s == "old" else new, args, device)
+        for s in args.sides
+    ]
     gen = torch.Generator().manual_seed(0)
     real = (torch.rand(args.batch, 1, 28, 28, generator=gen) * 2 - 1).to(device)
     real_labels = torch.randint(10, (args.batch,), generator=gen).to(device)
@@ -231,10 +290,15 @@ def main() -> None:
             side.step(real, real_labels, record=i >= args.warmup)
             if i == 0:
                 errors[side.name] = side.gradient_error(real, real_labels)
-    results = [dict(s.summary(), gradient_error=round(errors[s.name], 4)) for s in sides]
+    results = [
+        dict(
+            s.summary(), gradient_error=round(errors[s.name], 4), **_dispatch(s, real, real_labels)
+        )
+        for s in sides
+    ]
     base = {r["side"]: r["step_ms_median"] for r in results}
     for r in results:
-        for peer in ("official", "released"):
+        for peer in ("official", "released", "authors"):
             if peer in base:
                 r[f"vs_{peer}"] = round(r["step_ms_median"] / base[peer], 3)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -245,6 +309,8 @@ def main() -> None:
             "load_average": os.getloadavg(),
             "official_blur": args.official_blur,
             "old_rev": args.old_rev,
+            "cuda_graphs": args.cuda_graphs,
+            "authors_code": args.authors_code,
             "results": results,
         },
         indent=2,

@@ -78,7 +78,7 @@ def time_config(
         "config": config,
         "device": torch.cuda.get_device_name() if accelerator == "gpu" else "cpu",
         "torch_threads": torch.get_num_threads(),
-        "release_size": len(cli.datamodule.release),
+        "release_size": len(getattr(cli.datamodule, "release", ())) or None,
         "steps_timed": len(timed),
         "seconds_first": timer.seconds[0],
         "seconds_median": statistics.median(timed),

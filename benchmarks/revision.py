@@ -31,12 +31,14 @@ SUBMODULES = (
     "ot.expansion",
     "ot.sinkhorn",
     "privacy.gradient_sanitizer",
+    "privacy.mechanisms.gradient_sanitizer",
 )
 _KEEP: list[tempfile.TemporaryDirectory] = []
 
 
 def load_revision(rev: str, repo: str | Path = ".") -> ModuleType:
-    """The package as of ``rev`` (any git revision of ``repo``) with :data:`SUBMODULES` imported."""
+    """The package as of ``rev`` (any git revision of ``repo``) with those of
+    :data:`SUBMODULES` it has imported."""
     archive = subprocess.run(
         ["git", "-C", str(repo), "archive", "--format=tar", rev, PACKAGE],
         check=True,
@@ -52,8 +54,12 @@ def load_revision(rev: str, repo: str | Path = ".") -> ModuleType:
     sys.path.insert(0, folder.name)
     try:
         old = importlib.import_module(PACKAGE)
-        for name in SUBMODULES:
-            importlib.import_module(f"{PACKAGE}.{name}")
+        for name in SUBMODULES:  # each revision has the modules of its own layout
+            try:
+                importlib.import_module(f"{PACKAGE}.{name}")
+            except ModuleNotFoundError as error:
+                if error.name != f"{PACKAGE}.{name}":
+                    raise
     finally:
         sys.path.remove(folder.name)
         for key in [k for k in sys.modules if k == PACKAGE or k.startswith(PACKAGE + ".")]:

@@ -8,6 +8,8 @@ from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallbac
 from lightning_dpot.callbacks.privacy_record import commit_releases
 from lightning_dpot.callbacks.run_report import RunReport
 from lightning_dpot.callbacks.samples import SampleGrid
+from lightning_dpot.callbacks.step_profile import StepProfile
+from lightning_dpot.callbacks.training_rng import TrainingRngStream
 
 __all__ = [
     "FIDEvaluation",
@@ -17,6 +19,8 @@ __all__ = [
     "RunArtifacts",
     "RunReport",
     "SampleGrid",
+    "StepProfile",
+    "TrainingRngStream",
     "UtilityEvaluation",
     "W2Evaluation",
     "commit_releases",

@@ -25,13 +25,14 @@ What it enforces (``docs/privacy_accounting.md`` has each rule with its test)
   :class:`PrivacyBudgetExceededError` where Lightning cannot stop (``min_steps``/``min_epochs``).
   A one-shot release the target cannot afford is refused before it is drawn.
 * **Before anything is released**: Lightning's tuners, and a δ other than the release objects'.
-* **Resumes**: the state (composition, plan, journal by absolute path, id and position, ledger
-  entry, ε curve) is in checkpoints (earlier layouts through
-  :mod:`lightning_dpot.privacy.accounting.migration`); a resume composes the whole journal. A
-  checkpoint without this state after releases is refused unless
-  ``earlier_releases="as_configured"`` declares them; a resume calibrated otherwise is refused.
-* **Durability**: journal lines are committed in groups before anything derived from them can
-  leave the process (a logged metric, an epoch's end, a checkpoint, the run's end, a crash).
+* **Resumes**: checkpoints hold the state (composition, plan, journal by absolute path, id and
+  position, ledger entry, ε curve; earlier layouts via :mod:`~lightning_dpot.privacy.accounting.
+  migration`); a resume composes the whole journal (``journal_path`` if it moved with the run).
+  A checkpoint without this state after releases is refused unless ``earlier_releases=
+  "as_configured"`` declares them; a resume calibrated otherwise is refused.
+* **Durability**: journal lines are committed in groups, after every callback's batch end,
+  before anything derived from them can leave the process (a logged metric, an epoch's end, a
+  checkpoint, the run's end, a crash).
 
 It logs ``epsilon``, ``delta`` and ``privacy/releases`` every ``log_every_n_steps``, records
 (step, ε) in a bounded :class:`~lightning_dpot.privacy.accounting.curve.EpsilonCurve` drawn as
@@ -49,6 +50,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lightning_dpot.callbacks.batch_end import AfterBatch, put_last
 from lightning_dpot.callbacks.privacy_budget import (
     module_budget,
     planned_epsilon,
@@ -60,6 +62,7 @@ from lightning_dpot.callbacks.privacy_record import (
     RunRecord,
     declare_earlier,
     forgotten_release,
+    logs_or_ends,
     output_follows,
     same_events,
 )
@@ -98,12 +101,15 @@ class PrivacyAccountantCallback(AccountantReports):
             declare; required with ``target_epsilon``, and equal to theirs where they declare one.
         accountant: accountant that drives logging and stopping, ``"rdp"`` or ``"pld"``.
         also_report: further accountants whose ε goes into :meth:`report`.
-        log_every_n_steps: log ε (and commit the journal) every this many releases and at the
-            last step; default ``trainer.log_every_n_steps``.
+        log_every_n_steps: log ε (and commit the journal) every this many releases, when the
+            logger writes and at an epoch's or the run's end (the progress bar shows the last
+            logged ε); default ``trainer.log_every_n_steps``.
         report_filename: name of the JSON report written to ``trainer.log_dir``.
         plot_filename: PNG of ε against the optimizer step (``None``: no plot).
         earlier_releases: a resume from a checkpoint without this callback's state after
             private releases: ``"refuse"`` (default) or ``"as_configured"`` (module docstring).
+        journal_path: a resume's journal where it lies now, if it moved with the run (another
+            machine); checked like the one the checkpoint names. Settable until fit starts.
 
     Raises:
         ValueError: naming the parameter, for a value out of range; at fit start, the refusals
@@ -131,6 +137,7 @@ class PrivacyAccountantCallback(AccountantReports):
         report_filename: str = "privacy_report.json",
         earlier_releases: Literal["refuse", "as_configured"] = "refuse",
         plot_filename: str | None = "epsilon.png",
+        journal_path: str | Path | None = None,
     ) -> None:
         super().__init__(also_report, accountant, report_filename, plot_filename)
         self.target_epsilon = (
@@ -149,8 +156,9 @@ class PrivacyAccountantCallback(AccountantReports):
                 f"earlier_releases must be 'refuse' or 'as_configured', got {earlier_releases!r}"
             )
         self.earlier_releases = earlier_releases
-        self.record = RunRecord()
-        self.stopped_by_budget = False
+        self.record, self.journal_path = RunRecord(), journal_path
+        self.stopped_by_budget, self._released = False, False
+        self._after = AfterBatch(self._after_batch)
         self._restored: dict[str, Any] | None = None  # the checkpoint's state (current layout)
         self._budget: Budget | None = None
         self._decision = Decision(True, None, "")
@@ -192,6 +200,7 @@ class PrivacyAccountantCallback(AccountantReports):
         """Before any callback's ``on_fit_start`` (where Lightning's tuners run their trials):
         refuse the tuners on this private module."""
         refuse_tuners(trainer, type(pl_module).__name__)
+        put_last(trainer, self._after)
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -214,7 +223,7 @@ class PrivacyAccountantCallback(AccountantReports):
         module.check_restored_plan(self._restored and self._restored["privacy_plan"])
         self._plan = module.privacy_plan()
         self._per_step = trainer.accumulate_grad_batches
-        self.record.start(trainer, module, self.composition, self._log_dir)
+        self.record.start(trainer, module, self.composition, self._log_dir, self.journal_path)
         facts = {"method": type(module).__name__, "accountant": self.accountant.name}
         self.record.open_ledger_entry(
             trainer,
@@ -308,14 +317,7 @@ class PrivacyAccountantCallback(AccountantReports):
             raise RuntimeError(forgotten_release(type(module).__name__, pending, self._expected))
 
     @override
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
         expected = self._expected
         update = self._apply(require_private(pl_module).privacy_update())
         if not same_events(update.events, expected):
@@ -327,23 +329,25 @@ class PrivacyAccountantCallback(AccountantReports):
                 f"PrivacyAccountantCallback: stopping after {self.releases} releases at "
                 f"epsilon={self.epsilon():.6g}: {self._decision.reason} ({self.accountant.name})"
             )
+        self._released = bool(update.events)
+        if output_follows(trainer, args[-1]):  # e.g. the progress bar, listed after this one
+            self.record.commit()
+
+    def _after_batch(self, trainer: L.Trainer, pl_module: Any, batch_idx: int) -> None:
+        """After every callback's batch end (one may have stopped training, so that the logger
+        writes): commit, and log ε when due, not at every progress-bar refresh (a logged value
+        becomes a tensor on the module's device)."""
         every = self.log_every_n_steps or max(1, trainer.log_every_n_steps)
-        leaves = output_follows(trainer, batch_idx)
-        if leaves or (update.events and self.releases % every == 0):
-            self.record.commit()  # before anything derived from these releases leaves
-            log_epsilon = bool(update.events)
-        else:
-            log_epsilon = False
-        if log_epsilon:
+        released, self._released = self._released, False
+        due = released and self.releases % every == 0
+        if due or output_follows(trainer, batch_idx):
+            self.record.commit()
+        if released and (due or logs_or_ends(trainer, batch_idx)):
             epsilon = self.epsilon()
             self.epsilon_curve.record(trainer.global_step, epsilon)
-            for name, value in (("epsilon", epsilon), ("delta", self._delta())):
-                pl_module.log(
-                    name, value, prog_bar=True, on_step=True, on_epoch=False, batch_size=1
-                )
-            pl_module.log(
-                "privacy/releases", float(self.releases), on_step=True, on_epoch=False, batch_size=1
-            )
+            logged = {"epsilon": epsilon, "delta": self._delta(), "privacy/releases": self.releases}
+            for name, value in logged.items():  # on the bar: ε and δ
+                pl_module.log(name, float(value), prog_bar="/" not in name, batch_size=1)
 
     @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -365,9 +369,7 @@ class PrivacyAccountantCallback(AccountantReports):
             "delta": self.delta,
             "privacy_plan": self._plan,
             "journal": self.record.state(),
-            "ledger_entry": None
-            if self.record.ledger_entry is None
-            else list(self.record.ledger_entry),
+            "ledger_entry": self.record.ledger_entry and list(self.record.ledger_entry),
             "epsilon_curve": self.epsilon_curve.state_dict(),
             "stopped_by_budget": self.stopped_by_budget,
         }
@@ -390,9 +392,7 @@ class PrivacyAccountantCallback(AccountantReports):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         state = migrate_accountant_state(state_dict)
         self.composition.load_state_dict(state["composition"])
-        self.record.restored = state["journal"]
-        entry = state["ledger_entry"]
-        self.record.ledger_entry = None if entry is None else (str(entry[0]), float(entry[1]))
+        self.record.load(state["journal"], state["ledger_entry"])
         if state["epsilon_curve"] is not None:
             self.epsilon_curve.load_state_dict(state["epsilon_curve"])
         self._restored = state

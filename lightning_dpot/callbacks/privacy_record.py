@@ -5,9 +5,12 @@ was released; the accountant's composition, its report, the ε curve, an export 
 derived from it. A checkpoint names the journal by absolute path and id, with the number of
 releases it held when the checkpoint was written (its *position*), so a resume composes every
 release of the run — also those made after the checkpoint — and a checkpoint states exactly the
-releases its weights saw. The ledger (:mod:`lightning_dpot.data.ledger`) holds, per data set,
-every run's entry: opened before the run's first release at the most it may spend, settled at
-what it spent.
+releases its weights saw. A run that moved (another machine, another folder) resumes with the
+accountant's ``journal_path`` naming where the journal lies now: it is checked as the one the
+checkpoint names would be (its id, at least the checkpoint's position, the checkpoint's
+releases as its beginning), and later checkpoints name it there. The ledger
+(:mod:`lightning_dpot.data.ledger`) holds, per data set, every run's entry: opened before the
+run's first release at the most it may spend, settled at what it spent.
 
 Global rank 0 reads and writes both; under DDP the journal's events are broadcast, so every rank
 composes the same history.
@@ -15,6 +18,7 @@ composes the same history.
 
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 from collections import Counter
@@ -28,14 +32,17 @@ from lightning.pytorch.utilities import rank_zero_info
 from lightning_dpot.data.ledger import CentralRunLedger
 from lightning_dpot.privacy.accounting.composition import Composition
 from lightning_dpot.privacy.accounting.journal import ReleaseJournal
+from lightning_dpot.privacy.accounting.migration import migrate_accountant_state
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 from lightning_dpot.privacy.events import PrivacyEvent
 
 __all__ = [
     "RunRecord",
+    "checkpoint_journal",
     "commit_releases",
     "declare_earlier",
     "forgotten_release",
+    "logs_or_ends",
     "output_follows",
     "same_events",
 ]
@@ -50,6 +57,13 @@ class RunRecord:
         self.ready = False
         self.ledger_entry: tuple[str, float] | None = None  # (id, ε it was opened at)
         self.ledger: dict[str, Any] | None = None  # the settled entry, for the report
+        self.moved_from: str | None = None  # where the checkpoint named a journal that moved
+
+    def load(self, journal: dict[str, Any] | None, ledger_entry: Sequence[Any] | None) -> None:
+        """Take a checkpoint's journal (``{"path", "id", "position"}``) and ledger entry."""
+        self.restored = journal
+        entry = ledger_entry
+        self.ledger_entry = None if entry is None else (str(entry[0]), float(entry[1]))
 
     # -- the journal ----------------------------------------------------------------------------
 
@@ -59,17 +73,24 @@ class RunRecord:
         module: ReleasesPrivateData,
         composition: Composition,
         log_dir: Path,
+        journal_path: str | Path | None = None,
     ) -> None:
         """Before the run's first release: compose the journal a restored checkpoint names
-        (every release of the run and its earlier resumes), or start a new one holding what
-        ``composition`` already holds; then attach it to every release object."""
-        restored = self.restored
+        (every release of the run and its earlier resumes; at ``journal_path`` if it moved), or
+        start a new one holding what ``composition`` already holds; then attach it to every
+        release object.
+
+        Raises:
+            ValueError: ``journal_path`` without a restored checkpoint that names a journal.
+        """
+        restored, self.moved_from = _relocated(self.restored, journal_path)
         outcome: tuple[str, Any] | None = None
         if trainer.is_global_zero and restored is not None:
             try:
+                _check_present(Path(restored["path"]), self.moved_from)  # before any lock file
                 self.journal = ReleaseJournal(restored["path"], restored["id"])
                 self.journal.acquire()  # held until the run ends: no concurrent resume
-                outcome = ("entries", _read(self.journal))
+                outcome = ("entries", self.journal.read())
             except (OSError, ValueError, RuntimeError) as error:
                 outcome = ("error", error)
         outcome = trainer.strategy.broadcast(outcome, src=0)
@@ -78,6 +99,12 @@ class RunRecord:
         if outcome is not None:
             assert restored is not None
             _adopt(outcome[1], module, composition, restored)
+            if self.moved_from is not None:
+                rank_zero_info(
+                    f"PrivacyAccountantCallback: the run's release journal moved from "
+                    f"{self.moved_from!r} to {restored['path']!r}: it is the checkpoint's (id, "
+                    f"{len(outcome[1])} releases beginning with its own) and continues there"
+                )
         if trainer.is_global_zero:
             if restored is None:  # a new run, or a checkpoint naming no journal
                 name = f"privacy_journal-{uuid.uuid4().hex[:12]}.jsonl"
@@ -163,15 +190,53 @@ class RunRecord:
         }
 
 
-def _read(journal: ReleaseJournal) -> list[tuple[int, PrivacyEvent]]:
-    if not journal.path.is_file():
-        raise FileNotFoundError(
-            f"the checkpoint names the release journal {str(journal.path)!r}, which is missing: "
-            "it holds every release of the run, including those made after the checkpoint was "
-            "written, whose outputs may have left the process. Put the journal back at that "
-            "path to resume"
+def checkpoint_journal(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The journal a checkpoint's accountant state names (``{"path", "id", "position"}``);
+    ``None`` when it holds no accountant state or names no journal."""
+    kept = [v for k, v in checkpoint.get("callbacks", {}).items() if "PrivacyAccountant" in k]
+    return migrate_accountant_state(kept[0])["journal"] if kept else None
+
+
+def _relocated(
+    restored: dict[str, Any] | None, journal_path: str | Path | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The checkpoint's journal state with the path ``journal_path`` gives it, and the path the
+    checkpoint named if the journal moved (``None``: not moved). A journal moves only when the
+    one the checkpoint names is gone: a copy of the run beside the original would compose the
+    copy's releases alone. Links are resolved, so one file has one lock."""
+    if journal_path is None:
+        return restored, None
+    if restored is None:
+        raise ValueError(
+            f"journal_path={str(journal_path)!r} names where the release journal of a resumed run "
+            "lies now, but this run restores no checkpoint naming a journal: resume from the "
+            "run's checkpoint (ckpt_path), or leave journal_path unset"
         )
-    return journal.read()
+    named, path = restored["path"], os.path.realpath(journal_path)
+    if os.path.exists(named):
+        if os.path.exists(path) and os.path.samefile(named, path):
+            return restored, None
+        raise ValueError(
+            f"journal_path={str(journal_path)!r}: the journal the checkpoint names, {named!r}, "
+            "still exists, and a run continues in one place: resume with it (journal_path "
+            "unset), or move the run's folder instead of copying it"
+        )
+    return {**restored, "path": path}, named
+
+
+def _check_present(path: Path, moved_from: str | None) -> None:
+    if moved_from is not None and not path.is_file():
+        raise FileNotFoundError(
+            f"journal_path={str(path)!r} is missing: it must be the release journal the "
+            f"checkpoint names ({moved_from!r}), moved with the checkpoint from the run's last "
+            "process, which holds every release of the run"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"the checkpoint names the release journal {str(path)!r}, which is missing: it holds "
+            "every release of the run, including those made after the checkpoint was written, "
+            "whose outputs may have left the process. Put the journal back at that path to resume"
+        )
 
 
 def _adopt(
@@ -264,19 +329,23 @@ def declare_earlier(
     return earlier
 
 
-def output_follows(trainer: L.Trainer, batch_idx: int) -> bool:
-    """Whether something derived from the releases may leave the process after this batch:
-    the logger writes, the progress bar prints (a method's logged loss), the epoch ends
-    (samples, evaluations, checkpoints) or training stops."""
-    bar = trainer.progress_bar_callback
-    refresh = int(getattr(bar, "refresh_rate", 1) or 0) if bar and bar.is_enabled else 0
+def logs_or_ends(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether the logger writes after this batch, or the epoch (samples, evaluations,
+    checkpoints) or training ends."""
     return bool(
         trainer._logger_connector.should_update_logs
         or trainer.should_stop
         or batch_idx + 1 >= trainer.num_training_batches
         or 0 < trainer.max_steps <= trainer.global_step
-        or (refresh and (batch_idx + 1) % refresh == 0)
     )
+
+
+def output_follows(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether something derived from the releases may leave the process after this batch:
+    :func:`logs_or_ends`, or the progress bar prints (a method's logged loss)."""
+    bar = trainer.progress_bar_callback
+    refresh = int(getattr(bar, "refresh_rate", 1) or 0) if bar and bar.is_enabled else 0
+    return logs_or_ends(trainer, batch_idx) or bool(refresh and (batch_idx + 1) % refresh == 0)
 
 
 def commit_releases(trainer: L.Trainer) -> None:

@@ -76,11 +76,14 @@ def mixed_cost_diameter(
 def class_conditional_features(
     x: Tensor, labels: Tensor | None, num_classes: int | None, class_weight: float
 ) -> Tensor:
-    """Flattened records ``(N, D)``, with ``[x, α_c·onehot(l)]`` when labels are given (D.3)."""
+    """Flattened records ``(N, D)``, with ``[x, α_c·onehot(l)]`` when labels are given (D.3).
+    The one-hot code is a comparison with ``arange(L)``: ``one_hot`` would read the labels'
+    range back to the host (a synchronization on a GPU); labels are validated at setup."""
     flat = x.reshape(x.shape[0], math.prod(x.shape[1:]))
     if labels is None or num_classes is None:
         return flat
-    onehot = torch.nn.functional.one_hot(labels.long(), num_classes).to(flat.dtype)
+    classes = torch.arange(num_classes, device=labels.device)
+    onehot = (labels.long()[:, None] == classes).to(flat.dtype)
     return torch.cat([flat, class_weight * onehot], dim=1)
 
 
@@ -112,6 +115,8 @@ class SemiDebiasedSinkhorn(nn.Module):
         fixed_budget: every solve does the ``newton`` backend's fixed work and nothing else: no
             stopping test, iteration count or marginal error, which would be facts about the real
             records (private runs). ``last_info`` stays ``None``.
+        cuda_graphs: on a GPU, replay each solve's fixed path as a captured CUDA graph
+            (:mod:`~lightning_dpot.ot.graphs`); no effect on the CPU.
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class SemiDebiasedSinkhorn(nn.Module):
         max_iter: int = 2000,
         backend: Backend = "auto",
         fixed_budget: bool = False,
+        cuda_graphs: bool = False,
     ) -> None:
         super().__init__()
         self.entropic_reg = check_positive("entropic_reg", entropic_reg)
@@ -146,6 +152,7 @@ class SemiDebiasedSinkhorn(nn.Module):
             max_iter,
             backend,
             fixed_budget=fixed_budget,
+            cuda_graphs=cuda_graphs,
         )
         self.last_info: SinkhornInfo | None = None
 

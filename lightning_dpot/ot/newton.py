@@ -26,17 +26,20 @@ The work — 1 + ⌈log₂(ε₀/λ)⌉ stages, one Cholesky factorization per s
 (N, M, ε₀, λ) only (problems of equal sizes run as one batch, B × the arithmetic for one
 problem's dispatch): no stopping test runs on the data, so a solve on private records reveals
 nothing through its iteration count (the residual r that sizes the ridge never leaves the solve;
-a factorization that fails is retried once with a larger ridge, which was never seen outside
-non-finite input). Measured (``benchmarks/stress_newton.py``) on 4,160 random and adversarial
-50 × (1…80) problems of DP-Sinkhorn's cost (duplicates, ties, corner points, outliers, disjoint
-classes) at λ/ε₀ = 10⁻³…10⁻⁶: no ‖π^T 1 − b‖₁ above 1.4·10⁻⁴ against a tolerance of 10⁻³
-(docs/performance.md). The schedule must start at or above the true cost scale: ε₀ from the
-declared data bounds, never estimated from the data, and every point inside them. The solve
-runs in float64 (at λ = 0.05, g/λ ≈ 10⁴, beyond float32's resolution).
+a factorization that fails, never seen outside non-finite input, takes a diagonal step instead,
+chosen on the device). Nor does the solve read any value back to the host: on a GPU it runs
+without a synchronization, and its fixed sequence of kernels can be captured once and replayed
+(:mod:`lightning_dpot.ot.graphs`). Measured (``benchmarks/stress_newton.py``) on 4,160 random
+and adversarial 50 × (1…80) problems of DP-Sinkhorn's cost (duplicates, ties, corner points,
+outliers, disjoint classes) at λ/ε₀ = 10⁻³…10⁻⁶: no ‖π^T 1 − b‖₁ above 1.4·10⁻⁴ against a
+tolerance of 10⁻³ (docs/performance.md). The schedule must start at or above the true cost
+scale: ε₀ from the declared data bounds, never estimated from the data, and every point inside
+them. The solve runs in float64 (at λ = 0.05, g/λ ≈ 10⁴, beyond float32's resolution).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -48,6 +51,16 @@ FINAL_STEPS = 5
 STEP_CAP = 8.0
 RIDGE = 0.1
 BATCH_ELEMENTS = 2**18  # largest n·m·candidates buffer of one pass per problem (2 MB, float64)
+
+
+@functools.cache
+def _candidate_steps(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The corrector's and the predictor's step lengths as tensors on ``device``, made once: a
+    tensor built from host data is a copy to the device, which waits for it."""
+    return (
+        torch.tensor(CORRECTOR_STEPS, dtype=dtype, device=device),
+        torch.tensor(PREDICTOR_STEPS, dtype=dtype, device=device),
+    )
 
 
 def halving_schedule(eps0: float, reg: float) -> list[float]:
@@ -93,15 +106,16 @@ def _best(cost: Tensor, g: Tensor, d: Tensor, steps: Tensor, eps: float) -> tupl
 
 
 def _solve_spd(h: Tensor, rhs: Tensor) -> Tensor:
-    """H⁻¹ rhs by batched Cholesky (``h`` (B, M, M), ``rhs`` (B, M)); a factorization that fails
-    (H singular in floating point) is retried once with 10⁻⁸·max diag(H) added to its
-    diagonal."""
+    """H⁻¹ rhs by batched Cholesky (``h`` (B, M, M), ``rhs`` (B, M)), with no host
+    synchronization: a problem whose factorization fails (H not positive definite in floating
+    point, seen only for non-finite input) takes the Jacobi direction rhs / diag(H) instead,
+    chosen on the device (diag(H) ≥ ridge/M > 0)."""
     factor, info = torch.linalg.cholesky_ex(h)
-    if bool(info.any()):
-        diagonal = h.diagonal(dim1=-2, dim2=-1)
-        diagonal.add_((info != 0)[:, None] * 1e-8 * diagonal.abs().amax(-1, keepdim=True))
-        factor = torch.linalg.cholesky(h)
-    return torch.cholesky_solve(rhs[..., None], factor)[..., 0]
+    # Two triangular solves (L Lᵀ x = rhs): ``cholesky_solve`` checks an error code on the host.
+    half = torch.linalg.solve_triangular(factor, rhs[..., None], upper=False)
+    solution = torch.linalg.solve_triangular(factor.mT, half, upper=True)[..., 0]
+    jacobi = rhs / h.diagonal(dim1=-2, dim2=-1)
+    return torch.where((info == 0)[:, None], solution, jacobi)
 
 
 def _hessian(softmax: Tensor, mass: Tensor, ridge: Tensor) -> Tensor:
@@ -141,8 +155,7 @@ def semi_dual_potential(cost: Tensor, eps0: float, reg: float) -> Tensor:
         if single:
             cost = cost[None]
         n, m = cost.shape[-2:]
-        corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
-        predictor = torch.tensor(PREDICTOR_STEPS, dtype=cost.dtype, device=cost.device)
+        corrector, predictor = _candidate_steps(cost.dtype, cost.device)
         schedule = halving_schedule(eps0, reg)
         g = cost.new_zeros(cost.shape[0], m)
         softmax = torch.softmax(-cost / schedule[0], -1)
@@ -188,7 +201,7 @@ def refine(
     the steps taken and the final ‖π^T 1 − b‖₁."""
     with torch.no_grad():
         cost = cost.detach().to(torch.float64)[None]
-        corrector = torch.tensor(CORRECTOR_STEPS, dtype=cost.dtype, device=cost.device)
+        corrector = _candidate_steps(cost.dtype, cost.device)[0]
         g = g[None]
         softmax = torch.softmax((g[:, None, :] - cost) / reg, -1)
         for step in range(max_steps):

@@ -94,6 +94,7 @@ from lightning_dpot.ot.expansion import (
     order_for,
     remainder,
 )
+from lightning_dpot.ot.graphs import CapturedPotentials
 from lightning_dpot.ot.keops import (
     KEOPS_MISSING,
     block_sparse_ranges,
@@ -315,6 +316,8 @@ class EntropicSolver:
         fixed_budget: solve with ``newton``'s fixed work only and return no
             :class:`SinkhornInfo`: nothing about a solve on private records (a stopping test, an
             iteration count, a marginal error) is computed.
+        cuda_graphs: on a GPU, replay the ``newton`` path as one captured CUDA graph per
+            problem shape (:mod:`~lightning_dpot.ot.graphs`); no effect on the CPU.
 
     Raises:
         ValueError: naming the parameter: an unknown ``backend``, ``fixed_budget`` with a
@@ -351,6 +354,7 @@ class EntropicSolver:
         taylor: bool = True,
         warn_not_converged: bool = True,
         fixed_budget: bool = False,
+        cuda_graphs: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -380,6 +384,7 @@ class EntropicSolver:
         )
         self.taylor = bool(taylor)
         self.fixed_budget = bool(fixed_budget)
+        self.potential = CapturedPotentials() if cuda_graphs else semi_dual_potential
         self._keops_failed = False
         self._warned_not_converged = not warn_not_converged
 
@@ -580,9 +585,9 @@ class EntropicSolver:
         eps0 = max(self.diameter**self.p, self.entropic_reg)
         if len(costs) > 1 and len({cost.shape for cost in costs}) == 1:
             stacked = torch.stack([cost.detach() for cost in costs])
-            potentials = list(semi_dual_potential(stacked, eps0, self.entropic_reg))
+            potentials = list(self.potential(stacked, eps0, self.entropic_reg))
         else:
-            potentials = [semi_dual_potential(cost, eps0, self.entropic_reg) for cost in costs]
+            potentials = [self.potential(cost, eps0, self.entropic_reg) for cost in costs]
         out: list[tuple[Tensor, SinkhornInfo | None]] = []
         for (x, _), cost, g in zip(pairs, costs, potentials, strict=True):
             if self.fixed_budget:

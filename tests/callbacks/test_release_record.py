@@ -1,6 +1,7 @@
 """The record of a run's releases (journal, checkpoint, ledger) and the framework's own checks:
 a step that consumed a private batch released, a resume from another folder finds its journal,
-a torn journal heals once, a checkpoint and a logged ε are committed before they leave, and a
+a run moved elsewhere continues its journal there (and only its own, whole), a torn journal
+heals once, a checkpoint and a logged ε are committed before they leave, and a
 ledger entry is never settled below what was emitted."""
 
 from __future__ import annotations
@@ -280,6 +281,47 @@ def test_a_progress_bar_that_prints_commits_first(tmp_path, monkeypatch):
     assert committed[:4] == [5, 5, 5, 5]  # one group per refresh, before it prints
 
 
+def test_a_callback_that_stops_mid_epoch_has_the_journal_committed_before_the_logger_writes(
+    tmp_path,
+):
+    """A callback listed after the accountant ends training mid-epoch (as ``EarlyStopping`` or a
+    ``Timer`` may): the logger then writes that step's metrics, derived from its release. The
+    journal is committed first, and the ε logged with them is the run's."""
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    class LogsLoss(ToyDPModule):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("loss", loss.detach(), on_step=True, batch_size=1)
+            return loss
+
+    accountant = PrivacyAccountantCallback(delta=DELTA)
+    writes = []
+
+    class Spy(CSVLogger):
+        def log_metrics(self, metrics, step=None):
+            writes.append((dict(metrics), accountant.record.journal._uncommitted))
+            super().log_metrics(metrics, step)
+
+    class StopAtSeven(L.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            trainer.should_stop = trainer.should_stop or trainer.global_step == 7
+
+    trainer = make_trainer(
+        tmp_path,
+        [accountant, StopAtSeven()],
+        max_steps=50,
+        log_every_n_steps=50,
+        logger=Spy(tmp_path),
+    )
+    trainer.fit(LogsLoss())
+    ((metrics, uncommitted),) = [w for w in writes if "loss" in w[0]]
+    assert uncommitted == 0
+    assert metrics["epsilon"] == pytest.approx(accountant.epsilon())
+    assert metrics["privacy/releases"] == accountant.releases == 7
+
+
 def test_a_journal_cut_below_the_checkpoints_position_is_refused(tmp_path):
     _checkpointed_run(tmp_path, 4)
     ckpt = tmp_path / "checkpoints" / "epoch=0-step=1.ckpt"  # position 2 (the checkpoint)
@@ -290,3 +332,66 @@ def test_a_journal_cut_below_the_checkpoints_position_is_refused(tmp_path):
     path.write_text("".join(lines[: 1 + kept["journal"]["position"] - 1]))  # one release lost
     with pytest.raises(ValueError, match="was cut short"):
         _checkpointed_run(tmp_path / "resume", 6, ckpt_path=str(ckpt))
+
+
+def _resume(root: Path, ckpt: Path, journal_path: Path | None = None) -> PrivacyAccountantCallback:
+    callback = PrivacyAccountantCallback(delta=DELTA, journal_path=journal_path)
+    make_trainer(root, [callback], max_steps=4).fit(ToyDPModule(), ckpt_path=str(ckpt))
+    return callback
+
+
+def test_a_run_moved_with_its_journal_resumes_there_and_a_wrong_journal_is_refused(tmp_path):
+    """A run folder moved elsewhere (another machine): ``journal_path`` names its journal where
+    it lies now, and the checks of the checkpoint's own journal apply to it. Every release
+    counts, also those after the checkpoint; another run's journal, one cut short and a missing
+    one are refused; later checkpoints name the new place."""
+    _checkpointed_run(tmp_path / "a" / "run", 4)  # 4 releases, a checkpoint after each
+    _checkpointed_run(tmp_path / "other", 2)  # another run, another journal id
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "run").rename(tmp_path / "b" / "run")
+    run = tmp_path / "b" / "run"
+    ckpt = run / "checkpoints" / "epoch=0-step=2.ckpt"  # position 2; the journal holds 4
+    (journal,) = run.glob("privacy_journal-*.jsonl")
+    with pytest.raises(FileNotFoundError, match="which is missing"):
+        _resume(tmp_path / "r1", ckpt)  # the path the checkpoint names is gone
+    with pytest.raises(FileNotFoundError, match="journal_path=.* is missing"):
+        _resume(tmp_path / "r2", ckpt, tmp_path / "nowhere.jsonl")
+    (other,) = (tmp_path / "other").glob("privacy_journal-*.jsonl")
+    with pytest.raises(ValueError, match="is not the journal"):
+        _resume(tmp_path / "r3", ckpt, other)
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))  # 1 release
+    with pytest.raises(ValueError, match="was cut short"):
+        _resume(tmp_path / "r4", ckpt, short)
+    with pytest.raises(ValueError, match="restores no checkpoint naming a journal"):
+        callback = PrivacyAccountantCallback(delta=DELTA, journal_path=journal)
+        make_trainer(tmp_path / "r5", [callback], max_steps=2).fit(ToyDPModule())
+
+    resumed = _resume(tmp_path / "r6", ckpt, journal)
+    assert resumed.releases == 4 + 2  # the 4 of the first process, 2 more from step 2
+    assert len(ReleaseJournal(journal, resumed.record.journal.id).read()) == 6
+    assert resumed.record.moved_from == str(tmp_path / "a" / "run" / journal.name)
+    assert resumed.state_dict()["journal"]["path"] == str(journal)
+    assert resumed.report()["journal"] == str(journal)
+
+
+def test_a_copy_beside_the_run_is_not_taken_for_its_moved_journal(tmp_path):
+    """While the journal the checkpoint names exists, a copy of it (a stale snapshot of the run's
+    folder, which lacks the later releases) is refused; a link to the journal itself is the
+    same journal, not a move, and shares its lock."""
+    import shutil
+
+    _checkpointed_run(tmp_path / "run", 4)
+    ckpt = tmp_path / "run" / "checkpoints" / "epoch=0-step=2.ckpt"
+    (journal,) = (tmp_path / "run").glob("privacy_journal-*.jsonl")
+    copy = tmp_path / "copy" / journal.name
+    copy.parent.mkdir()
+    shutil.copy(journal, copy)
+    with pytest.raises(ValueError, match="still exists, and a run continues in one place"):
+        _resume(tmp_path / "r1", ckpt, copy)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(journal)
+    resumed = _resume(tmp_path / "r2", ckpt, link)
+    assert resumed.record.moved_from is None
+    assert resumed.releases == 4 + 2
+    assert resumed.state_dict()["journal"]["path"] == str(journal)

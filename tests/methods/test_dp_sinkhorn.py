@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
+from lightning_dpot.callbacks.step_profile import StepProfile
 from lightning_dpot.data.central import CentralDPDataModule
 from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.methods.dp_sinkhorn import DPSinkhorn
@@ -521,3 +522,101 @@ def test_private_training_without_a_datamodule_is_refused(tmp_path: Path):
     with pytest.raises(ValueError, match="pass datamodule=..., not train_dataloaders"):
         trainer.fit(module, train_dataloaders=data.train_dataloader())
     assert module.sanitizer.events.total == 0
+
+
+# -- the step on a device -------------------------------------------------------------------------
+
+
+class _ReadsBack(DPSinkhorn):
+    """A step that reads its loss back to the host: what the profile must catch."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.last_value = float(loss.detach())
+        return loss
+
+
+def _profiled_run(root: Path, module: DPSinkhorn, accelerator: str = "cpu") -> StepProfile:
+    profile = StepProfile(steps=3, skip=2)  # it opens its window before the accountant's hooks
+    accountant = PrivacyAccountantCallback(delta=1e-5, target_epsilon=50.0)
+    trainer = tiny_trainer(
+        root, [accountant, profile], max_steps=6, accelerator=accelerator, enable_progress_bar=True
+    )  # steps 3-5: ε is logged (a host value made a tensor, then read) only at the last step
+    trainer.fit(module, CentralDPDataModule(TinyImages(200), sample_rate=0.05))
+    return profile
+
+
+def test_a_private_step_never_waits_for_the_device(tmp_path: Path):
+    """Counted by the profiler over three private steps (the callbacks' batch hooks, forward,
+    sanitized backward, Adam; the progress bar refreshing every step): no value read back to the
+    host, no data-dependent shape, no tensor built from host data; the same profile catches a
+    step that reads its loss back."""
+    summary = _profiled_run(tmp_path / "a", tiny_module()).summary
+    assert summary["steps"] == 3 and summary["ops_per_step"] > 100
+    assert summary["host_waits"] == {}
+    caught = _profiled_run(tmp_path / "b", _ReadsBack(**_tiny_options())).summary
+    assert caught["host_waits_per_step"] == 1.0
+    assert all(key.startswith("aten::_local_scalar_dense") for key in caught["host_waits"])
+
+
+def _tiny_options() -> dict:
+    gen = ConditionalDCGANGenerator(
+        10, latent_dim=4, embed_dim=2, image_size=8, hidden_channels=(8, 8, 8)
+    )
+    return {"generator": gen, "noise_multiplier": 1.0, "clip_norm": 0.5, "num_cross": 10}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_a_private_step_runs_without_synchronizing(tmp_path: Path):
+    """``torch.cuda.set_sync_debug_mode('error')`` around every training step of a private run:
+    an operation that synchronizes raises."""
+
+    class NoSync(L.Callback):
+        def on_train_batch_start(self, *args) -> None:
+            torch.cuda.set_sync_debug_mode("error")
+
+        def on_train_batch_end(self, *args) -> None:
+            torch.cuda.set_sync_debug_mode("default")
+
+    accountant = PrivacyAccountantCallback(delta=1e-5, target_epsilon=50.0)
+    trainer = tiny_trainer(tmp_path, [NoSync(), accountant], max_steps=4, accelerator="gpu")
+    try:
+        trainer.fit(tiny_module(cuda_graphs=True), CentralDPDataModule(TinyImages(200), 0.05))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert trainer.global_step == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_captured_solves_release_what_eager_solves_release(tmp_path: Path):
+    """Same seeds with and without CUDA graphs: the released gradients of every step and the
+    trained weights agree bit for bit, and graphs were captured."""
+    released, weights, captured = {}, {}, 0
+    for graphs in (False, True):
+        torch.manual_seed(0)
+        module = tiny_module(cuda_graphs=graphs, noise_seed=5)
+        steps: list[torch.Tensor] = []
+
+        class Keep(L.Callback):
+            def __init__(self, kept: list[torch.Tensor]) -> None:
+                self.kept = kept
+
+            def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+                self.kept.append(pl_module.sanitizer.last["released"].cpu())
+
+        dm = CentralDPDataModule(TinyImages(200), sample_rate=0.05, seed=1)
+        accountant = PrivacyAccountantCallback(delta=1e-5, target_epsilon=50.0)
+        trainer = tiny_trainer(
+            tmp_path / str(graphs), [accountant, Keep(steps)], max_steps=6, accelerator="gpu"
+        )
+        trainer.fit(module, dm)
+        released[graphs] = steps
+        weights[graphs] = [p.detach().cpu() for p in module.generator.parameters()]
+        if graphs:
+            captured = len(module.loss_fn.solver.potential)
+    assert captured >= 1
+    assert len(released[True]) == len(released[False]) == 6
+    for eager, graph in zip(released[False], released[True], strict=True):
+        assert torch.equal(eager, graph)
+    for eager, graph in zip(weights[False], weights[True], strict=True):
+        assert torch.equal(eager, graph)

@@ -178,3 +178,45 @@ def test_a_problem_solved_in_a_batch_is_solved_exactly_as_alone():
         together = newton.semi_dual_potential(costs, 100.0, 1e-3)
         for b in range(2):
             assert torch.equal(together[b], newton.semi_dual_potential(costs[b], 100.0, 1e-3))
+
+
+def test_a_failed_factorization_takes_the_jacobi_direction_chosen_on_the_device():
+    """A Hessian that is not positive definite gives rhs / diag(H) for its problem, and the
+    other problems of the batch keep their exact Newton direction."""
+    good = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+    bad = torch.tensor([[1.0, 3.0], [3.0, 2.0]], dtype=torch.float64)  # eigenvalues of both signs
+    rhs = torch.tensor([[1.0, -1.0], [1.0, -1.0]], dtype=torch.float64)
+    out = newton._solve_spd(torch.stack([good, bad]), rhs)
+    torch.testing.assert_close(out[0], torch.linalg.solve(good, rhs[0]), rtol=1e-12, atol=0)
+    assert torch.equal(out[1], rhs[1] / bad.diagonal())
+
+
+def test_the_fixed_budget_solve_reads_nothing_back_to_the_host():
+    """No ``item``/``bool`` of a tensor (a device-to-host synchronization on a GPU), no
+    data-dependent shape and no tensor built from host data in a solve, batched or not."""
+    from torch.profiler import profile
+
+    fake, labels, real, real_labels = _batch("uniform")
+    cost = MixedL2L1Cost(1.0)(fake.reshape(len(fake), -1)[:N_CROSS], real.reshape(len(real), -1))
+    newton.semi_dual_potential(cost, DIAMETER**2, 1e-5 * DIAMETER**2)  # constants made once
+    with profile() as prof:
+        newton.semi_dual_potential(cost.double(), DIAMETER**2, 1e-5 * DIAMETER**2)
+        newton.semi_dual_potential(torch.stack([cost, cost]), DIAMETER**2, 1e-5 * DIAMETER**2)
+    waits = {"aten::_local_scalar_dense", "aten::nonzero", "aten::lift_fresh"}
+    assert [e.name for e in prof.events() if e.name in waits] == []
+
+
+def test_captured_potentials_run_the_eager_solve_off_the_gpu_and_pickle_without_graphs():
+    """On the CPU ``CapturedPotentials`` is the eager solve (same values, nothing captured); a
+    copy carries no device state."""
+    import pickle
+
+    from lightning_dpot.ot.graphs import CapturedPotentials
+
+    fake, labels, real, real_labels = _batch("late")
+    cost = MixedL2L1Cost(1.0)(fake.reshape(len(fake), -1)[:N_CROSS], real.reshape(len(real), -1))
+    captured = CapturedPotentials()
+    eps0, reg = DIAMETER**2, 1e-5 * DIAMETER**2
+    assert torch.equal(captured(cost, eps0, reg), newton.semi_dual_potential(cost, eps0, reg))
+    assert len(captured) == 0
+    assert len(pickle.loads(pickle.dumps(captured))) == 0
