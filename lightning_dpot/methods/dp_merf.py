@@ -220,7 +220,9 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
         delta: δ of the guarantee.
         num_frequencies: D (2D features; Harder et al. 2021 and DPImageBench: 2D = 10,000).
         length_scale: ℓ of the Gaussian kernel, in the records' units; public, never from the
-            data (Harder et al.: 105 for 28×28 images in [0, 1], i.e. 210 in [−1, 1]).
+            data. Harder et al. (2021)'s code draws the frequencies from N(0, I/σ_rff), so its
+            length scale is √σ_rff: √105 ≈ 10.2 for MNIST in [0, 1] (default 20.5 in [−1, 1])
+            and √127 ≈ 11.3 for Fashion-MNIST (22.5 in [−1, 1]).
         frequency_seed: seed of the public frequencies Ω.
         generated_batch_size: B, generated samples per step.
         conditional: class-conditional embedding and generator.
@@ -242,7 +244,7 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
         target_epsilon: float | None = None,
         delta: float = 1e-5,
         num_frequencies: int = 5000,
-        length_scale: float = 210.0,
+        length_scale: float = 20.5,
         frequency_seed: int = 0,
         generated_batch_size: int = 100,
         conditional: bool = True,
