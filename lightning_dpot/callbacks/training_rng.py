@@ -16,6 +16,11 @@ after the batch the stream's state is kept and the one from before the batch put
 runs between batches (a data loader's new iterator at each epoch, validation, sample callbacks)
 thus neither takes from the stream nor depends on it. The stream is not a source of privacy
 noise: the release objects draw theirs from their own sources (``docs/secure_noise.md``).
+
+Use it only with a method whose steps draw a fixed number of values from the global
+generators (DP-Sinkhorn draws ``num_cross`` latents and labels whatever the batch): the saved
+state tells how many values were drawn, so a method drawing one latent per real record of a
+Poisson batch would write the sum of its secret batch sizes into every checkpoint.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ def _set_states(states: dict[str, torch.Tensor], device: torch.device) -> None:
 class TrainingRngStream(Callback):
     """Keeps the global generators' state of the training steps in checkpoints (module
     docstring): a resumed run continues the stream of latents and labels where the checkpoint
-    left it. Single-device runs (under DDP every rank would need its own stream)."""
+    left it. Single-device runs (under DDP every rank would need its own stream), and methods
+    whose steps draw a fixed number of values (module docstring)."""
 
     def __init__(self) -> None:
         self._stream: dict[str, torch.Tensor] | None = None  # between batches
