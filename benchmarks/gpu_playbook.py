@@ -101,7 +101,14 @@ from lightning_dpot.compare.runner import (  # noqa: E402
     score_cell,
     train_cell,
 )
-from lightning_dpot.compare.suite import Cell, MethodSpec, PrepareSpec, Suite, load_suite  # noqa: E402
+from lightning_dpot.compare.suite import (  # noqa: E402
+    Cell,
+    MethodSpec,
+    PrepareSpec,
+    Suite,
+    load_suite,
+    with_inception_weights,
+)
 from lightning_dpot.data.images import IDX_FILES, find_idx_file  # noqa: E402
 
 SUITE = REPO / "configs" / "compare" / "fashion_gpu_playbook.yaml"
@@ -416,13 +423,19 @@ class Playbook:
         sized = {"trainer.max_steps": steps, "trainer.max_epochs": -1}
         evaluation = {**self.base.evaluation, **(TINY["evaluation"] if self.args.tiny else {})}
         chosen = {**setters, **self.common(), **tiny, **dict(self.args.set), **sized}
-        return dataclasses.replace(
+        suite = dataclasses.replace(
             self.base,
             sources={SOURCE: self.source(idx_dir)},
             methods={name: MethodSpec(name, spec.config, chosen, (SOURCE,))},
             prepare=prepare,
             evaluation=evaluation,
         )
+        weights = self.args.feature_extractor_weights_path
+        return suite if weights is None else with_inception_weights(suite, weights)
+
+    def frechet_key(self) -> str:
+        """``fid`` with ``--feature-extractor-weights-path`` (Inception), else ``fd_classifier``."""
+        return "fd_classifier" if self.args.feature_extractor_weights_path is None else "fid"
 
     # -- one run ---------------------------------------------------------------------------------
     def cell(self, method: str, steps: int, epochs: int) -> tuple[Suite, Cell, str]:
@@ -706,6 +719,7 @@ class Playbook:
             "python": platform.python_version(),
             "target": {"epsilon": self.base.epsilons[0], "delta": self.base.delta},
             "num_samples": self.suite("", "dp_sinkhorn", 1, 1).evaluation["num_samples"],
+            "frechet": self.frechet_key(),
             "budget_minutes": self.args.budget_minutes,
             "finished": finished,
             "tiny": self.args.tiny,
@@ -890,6 +904,7 @@ class Playbook:
             "python": platform.python_version(),
             "target": {"epsilon": self.base.epsilons[0], "delta": self.base.delta},
             "num_samples": self.suite("", "dp_sinkhorn", 1, 1).evaluation["num_samples"],
+            "frechet": self.frechet_key(),
             "budget_minutes": None,
             "single_run": progress,
             "finished": True,
@@ -943,6 +958,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 def _short(metrics: dict) -> str:
     parts = [f"FD {metrics['fd_classifier']:.1f}"] if "fd_classifier" in metrics else []
+    parts += [f"FID {metrics['fid']:.1f}"] if "fid" in metrics else []
     for name, accuracy in (metrics.get("utility") or {}).items():
         parts.append(f"{name} {accuracy:.3f}")
     return ", ".join(parts)
@@ -956,19 +972,26 @@ def markdown(summary: dict) -> str:
     """The results table, one row per run, and the published numbers beside it."""
     minutes, single = summary["budget_minutes"], summary.get("single_run")
     budget = f"budget {minutes:g} min" if single is None else f"{single['jobs']} jobs"
+    key = summary.get("frechet", "fd_classifier")
+    frechet = (
+        "FID: InceptionV3 features (the torch-fidelity weights file), on the published scale. "
+        if key == "fid"
+        else "FD: Fréchet distance on the project classifier's features (not FID). "
+    )
+    column = "FID (Inception) ↓" if key == "fid" else "FD (classifier) ↓"
     lines = [
         "# GPU playbook: DP-Sinkhorn and DPSWflow-r on Fashion-MNIST",
         "",
         f"Target (ε, δ) = ({summary['target']['epsilon']:g}, {summary['target']['delta']:g}), "
         f"central DP; device {summary['device']}, torch {summary['torch']}; {budget}. Every "
         "run is one private run with σ calibrated for its own length (once, however many jobs "
-        "it took); ε is its accountant's. FD: Fréchet distance on the project classifier's "
-        "features (not FID). "
-        f"Accuracy: LogReg / MLP / CNN trained on {summary['num_samples']:,} labelled samples "
+        "it took); ε is its accountant's. "
+        + frechet
+        + f"Accuracy: LogReg / MLP / CNN trained on {summary['num_samples']:,} labelled samples "
         "(full protocol of Cao et al. 2021, App. D.2), tested on the real test images; "
         "DPSWflow-r is unconditional (no labels, no accuracy).",
         "",
-        "| method | steps | σ (noise multiplier) | ε (accountant) | FD (classifier) ↓ "
+        f"| method | steps | σ (noise multiplier) | ε (accountant) | {column} "
         "| LogReg ↑ | MLP ↑ | CNN ↑ | ms/step | fit s | evaluation s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -978,7 +1001,7 @@ def markdown(summary: dict) -> str:
         lines.append(
             f"| {run['method']} | {run['steps']:,} | {_cell(run['noise_multiplier'], '.4g')} "
             f"| {privacy['epsilon']:.4g} ({privacy.get('accountant')}, "
-            f"{privacy.get('adjacency')}) | {_cell(metrics.get('fd_classifier'), '.1f')} "
+            f"{privacy.get('adjacency')}) | {_cell(metrics.get(key), '.1f')} "
             f"| {_cell(utility.get('logreg'))} | {_cell(utility.get('mlp'))} "
             f"| {_cell(utility.get('cnn'))} | {1e3 * run['step_seconds']:.1f} "
             f"| {run['fit_seconds']:.1f} | {run['evaluate_seconds']:.1f} |"
@@ -1002,7 +1025,8 @@ def markdown(summary: dict) -> str:
 
 
 def plot(runs: list[dict], path: Path) -> None:
-    """Downstream accuracy (DP-Sinkhorn) and classifier FD (both methods) against steps."""
+    """Downstream accuracy (DP-Sinkhorn) and the Fréchet distance (both methods; FID when the
+    runs measured it, else the classifier FD) against steps."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1016,7 +1040,7 @@ def plot(runs: list[dict], path: Path) -> None:
             accuracy = [(r["metrics"].get("utility") or {}).get(name) for r in mine]
             if any(a is not None for a in accuracy):
                 acc_ax.plot(steps, accuracy, marker="o", label=f"{method} {name}")
-        fd = [r["metrics"].get("fd_classifier") for r in mine]
+        fd = [r["metrics"].get("fid", r["metrics"].get("fd_classifier")) for r in mine]
         if any(v is not None for v in fd):
             fd_ax.plot(steps, fd, marker="o", label=method)
     published = PUBLISHED["dp_sinkhorn"]
@@ -1026,8 +1050,13 @@ def plot(runs: list[dict], path: Path) -> None:
     )  # fmt: skip
     acc_ax.set(xscale="log", xlabel="training steps", ylabel="accuracy on the real test split")
     acc_ax.set_title("downstream accuracy, target ε = 10")
-    fd_ax.set(xscale="log", xlabel="training steps", ylabel="FD (classifier features)")
-    fd_ax.set_title("classifier Fréchet distance ↓")
+    inception = any("fid" in r["metrics"] for r in runs)
+    fd_ax.set(
+        xscale="log",
+        xlabel="training steps",
+        ylabel="FID (Inception features)" if inception else "FD (classifier features)",
+    )
+    fd_ax.set_title("FID ↓" if inception else "classifier Fréchet distance ↓")
     for ax in (acc_ax, fd_ax):
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # nothing to name before the first run
@@ -1103,6 +1132,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tiny", action="store_true",
         help="small models and batches: a CPU check of the whole path, numbers meaningless",
+    )  # fmt: skip
+    parser.add_argument(
+        "--feature-extractor-weights-path", default=None,
+        help="local InceptionV3 FID weights (docs/evaluation.md): FID beside the published FIDs "
+        "instead of the classifier FD",
     )  # fmt: skip
     single = parser.add_argument_group(
         "one private run across time-limited jobs (each call is one job; module docstring)"
@@ -1201,6 +1235,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"--max-steps must be >= 2 × --probe-steps = {2 * args.probe_steps} (the ladder "
             f"starts above the probe run), got {args.max_steps}"
         )
+    if args.feature_extractor_weights_path is not None:
+        try:  # the FID network is built once now, not after the first run has trained
+            with_inception_weights(load_suite(SUITE), args.feature_extractor_weights_path)
+        except (FileNotFoundError, ModuleNotFoundError) as error:
+            parser.error(f"--feature-extractor-weights-path: {error}")
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     elif args.device == "cuda" and not torch.cuda.is_available():

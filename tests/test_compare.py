@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_runs import CONDITIONAL_GENERATOR
 
 from lightning_dpot.cli import main
 from lightning_dpot.compare import load_suite
@@ -316,3 +317,70 @@ def test_a_prepare_step_is_reused_only_under_its_own_fingerprint(tmp_path):
     with pytest.raises(ValueError, match="prepare step 'autoencoder': its config or overrides"):
         run_prepare(suite, "autoencoder", tmp_path)
     assert digest["set"] == suite.prepare["autoencoder"].set
+
+
+@pytest.fixture(scope="module")
+def stand_in_inception_weights(tmp_path_factory) -> Path:
+    """A file of the torch-fidelity InceptionV3 weights' keys and shapes with random values (the
+    real file cannot be downloaded here): FID runs end to end on it, with meaningless values."""
+    import torch
+    import torch_fidelity.feature_extractor_inceptionv3 as fidelity
+
+    original = fidelity.FeatureExtractorInceptionV3.load_state_dict
+    fidelity.FeatureExtractorInceptionV3.load_state_dict = lambda self, state: None
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(fidelity, "load_state_dict_from_url", lambda *a, **k: {})
+            network = fidelity.FeatureExtractorInceptionV3("inception-v3-compat", ["2048"])
+    finally:
+        fidelity.FeatureExtractorInceptionV3.load_state_dict = original
+    path = tmp_path_factory.mktemp("inception") / "weights-inception-2015-12-05-6726825d.pth"
+    torch.save(network.state_dict(), path)
+    return path
+
+
+def test_with_inception_weights_a_suite_sets_fid_beside_the_published_fid(
+    tmp_path, capsys, stand_in_inception_weights
+):
+    method = {
+        "seed_everything": 0,
+        "trainer": {"max_steps": 2, "accelerator": "cpu", "logger": False,
+                    "enable_progress_bar": False, "callbacks": []},
+        "model": {"class_path": "lightning_dpot.methods.DPMERF",
+                  "init_args": {"generator": CONDITIONAL_GENERATOR, "num_frequencies": 50}},
+        "data": {"class_path": "lightning_dpot.data.CentralDPDataModule",
+                 "init_args": {"expected_batch_size": 50, "steps_per_epoch": 2}},
+    }  # fmt: skip
+    (tmp_path / "dp_merf.yaml").write_text(yaml.safe_dump(method))
+    suite = {
+        "name": "tiny_fid",
+        "epsilons": [10],
+        "delta": 1e-5,
+        "seeds": [0],
+        "sources": {"digits": {"class_path": "lightning_dpot.data.Digits",
+                               "init_args": {"test_fraction": 0.02}}},
+        "methods": {"dp_merf": {"config": str(tmp_path / "dp_merf.yaml"), "set": {
+            "model.init_args.target_epsilon": "{epsilon}", "model.init_args.delta": "{delta}",
+            "data.init_args.source": "{source}"}}},
+        "evaluation": {"num_samples": 20, "frechet": {"feature_extractor": "classifier"},
+                       "grid": 20},
+        "published": [{"method": "dp_merf", "reference": "Cao et al. 2021, Table 1",
+                       "epsilon": 10, "metrics": {"fid": 132.6}}],
+    }  # fmt: skip
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(suite))
+    missing = tmp_path / "missing.pth"
+    with pytest.raises(SystemExit):
+        main(["compare", "--config", str(path), "--feature-extractor-weights-path", str(missing)])
+    assert f"feature_extractor_weights_path='{missing}' is not an existing file" in (
+        capsys.readouterr().err
+    )
+
+    out = tmp_path / "out"
+    weights = str(stand_in_inception_weights)
+    main(["compare", "--config", str(path), "--output", str(out),
+          "--feature-extractor-weights-path", weights])  # fmt: skip
+    (cell,) = json.loads((out / "comparison.json").read_text())["cells"]
+    assert "fd_classifier" not in cell["metrics"] and cell["metrics"]["fid"] > 0
+    table = (out / "comparison.md").read_text()
+    assert f"| FID (Inception) | 132.6 | {cell['metrics']['fid']:.3g}" in table

@@ -221,6 +221,11 @@ def test_a_failed_run_is_listed_and_a_run_that_no_longer_fits_is_skipped(
         (["--ratio", "1"], "--ratio must be a finite number > 1, got '1'"),
         (["--max-steps", "60"], "--max-steps must be >= 2 × --probe-steps = 100"),
         (["--data-dir", "/nonexistent"], "--data-dir='/nonexistent' lacks train-images-idx3"),
+        (
+            ["--feature-extractor-weights-path", "/nonexistent/inception.pth"],
+            "--feature-extractor-weights-path: feature_extractor_weights_path="
+            "'/nonexistent/inception.pth' is not an existing file",
+        ),
     ],
 )
 def test_a_bad_argument_is_refused_in_one_line_naming_it(

@@ -1,6 +1,7 @@
 """``dpot compare``: every method of a suite on the same data at equal target privacy.
 
     dpot compare --config configs/compare/two_d.yaml [--output DIR]
+        [--feature-extractor-weights-path weights-inception-2015-12-05-6726825d.pth]
 
 Runs the suite's grid (methods × sources × ε × seeds; :mod:`lightning_dpot.compare.suite`),
 one ``dpot fit`` per cell with one evaluator set (:mod:`lightning_dpot.compare.runner`), and
@@ -12,7 +13,11 @@ writes to ``DIR`` (default ``runs/compare/<suite name>``):
 * ``plots/<source>_<metric>.png`` (metric against ε per method, ±1 std over seeds) and
   ``plots/<source>_samples.png`` (samples side by side at each ε).
 
-Rerunning the command resumes: finished cells are read back, not redone.
+Rerunning the command resumes: finished cells are read back, not redone. With
+``--feature-extractor-weights-path`` the suite's Fréchet distance is FID on InceptionV3 features
+from that local file (docs/evaluation.md says how to get it), never the classifier FD, and its
+rows sit beside the published FIDs; the evaluation is part of every cell's fingerprint, so such a
+run goes to its own ``--output``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ DESCRIPTION = "every method of a suite on the same data at equal privacy: table,
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="suite file (configs/compare/*.yaml)")
     parser.add_argument("--output", help="run directory (default runs/compare/<suite name>)")
+    parser.add_argument(
+        "--feature-extractor-weights-path",
+        help="local InceptionV3 FID weights: the Fréchet distance becomes FID (docs/evaluation.md)",
+    )
     return parser
 
 
@@ -44,9 +53,11 @@ def run(args: argparse.Namespace) -> dict:
         plot_samples,
     )
     from lightning_dpot.compare.runner import run_cell, run_prepare
-    from lightning_dpot.compare.suite import load_suite
+    from lightning_dpot.compare.suite import load_suite, with_inception_weights
 
     suite = load_suite(args.config)
+    if args.feature_extractor_weights_path is not None:
+        suite = with_inception_weights(suite, args.feature_extractor_weights_path)
     out_dir = Path(args.output or Path("runs") / "compare" / suite.name).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = suite.cells()

@@ -39,7 +39,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -301,3 +302,26 @@ def suite_metrics(settings: dict) -> MetricSelection | None:
         given = spec["frechet"] if isinstance(spec["frechet"], dict) else {}
         spec["frechet"] = {**defaults, **given}
     return MetricSelection.parse(spec)
+
+
+def with_inception_weights(suite: Suite, weights_path: str | Path) -> Suite:
+    """``suite`` with its Fréchet distance measured as FID: InceptionV3 features from the local
+    weights file ``weights_path`` (torch-fidelity's ``weights-inception-2015-12-05-6726825d.pth``),
+    so that its rows sit beside published FIDs. Every other evaluation setting is kept. The
+    network is built once per file here, so a missing file or library fails before any training.
+
+    Raises:
+        FileNotFoundError: naming ``feature_extractor_weights_path`` and how to get the file.
+        ModuleNotFoundError: without torch-fidelity.
+    """
+    path = str(Path(weights_path).expanduser().resolve())
+    _check_inception_weights(path)
+    frechet = {"feature_extractor": "inception", "weights_path": path}
+    return replace(suite, evaluation={**suite.evaluation, "frechet": frechet})
+
+
+@cache
+def _check_inception_weights(path: str) -> None:
+    from lightning_dpot.metrics.fid import InceptionFID
+
+    InceptionFID(path)

@@ -7,12 +7,14 @@ from lightning_dpot.nn.autoencoder import (
 )
 from lightning_dpot.nn.dcgan import ConditionalDCGANGenerator, DCGANGenerator
 from lightning_dpot.nn.mlp import MLPGenerator
+from lightning_dpot.nn.upsampling import ConditionalUpsamplingGenerator
 
 __all__ = [
     "ConvAutoencoder32",
     "DCGANAutoencoder64",
     "DecoderGenerator",
     "ConditionalDCGANGenerator",
+    "ConditionalUpsamplingGenerator",
     "DCGANGenerator",
     "MLPGenerator",
 ]

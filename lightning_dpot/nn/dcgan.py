@@ -146,6 +146,14 @@ class DCGANGenerator(nn.Module):
         return self.net(z.reshape(z.shape[0], self.latent_dim, 1, 1))
 
 
+def check_label_shape(z: Tensor, labels: Tensor) -> None:
+    """One label per latent row, or a ValueError naming both shapes."""
+    if labels.shape != (z.shape[0],):
+        raise ValueError(
+            f"labels must have shape ({z.shape[0]},) to match z, got {tuple(labels.shape)}"
+        )
+
+
 class ConditionalDCGANGenerator(nn.Module):
     """Class-conditional DCGAN of DP-Sinkhorn (Cao et al. 2021, App. D.3), (z, label) → image.
 
@@ -216,9 +224,6 @@ class ConditionalDCGANGenerator(nn.Module):
 
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """z (B, latent_dim), labels (B,) int64 in [0, num_classes) → images (B, C, H, W)."""
-        if labels.shape != (z.shape[0],):
-            raise ValueError(
-                f"labels must have shape ({z.shape[0]},) to match z, got {tuple(labels.shape)}"
-            )
+        check_label_shape(z, labels)
         inputs = torch.cat([z.reshape(z.shape[0], self.latent_dim), self.embedding(labels)], 1)
         return self.net(inputs[:, :, None, None])

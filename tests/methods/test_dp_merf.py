@@ -194,7 +194,8 @@ def test_the_fashion_configs_train_two_steps_at_their_epsilon(epsilon, tmp_path,
             "fit", "--config", str(config), "--trainer.max_steps=2", "--trainer.logger=false",
             "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={out}",
             "--model.init_args.num_frequencies=50", "--model.init_args.generated_batch_size=8",
-            "--model.init_args.generator.init_args.hidden_channels=[8, 8, 8]",
+            "--model.init_args.generator.init_args.hidden=16",
+            "--model.init_args.generator.init_args.conv_channels=[4, 4]",
             f"{prefix}.idx_dir={digit_idx_dir}", f"{prefix}.limit=64", f"{prefix}.split=test-only",
         ]
     )  # fmt: skip

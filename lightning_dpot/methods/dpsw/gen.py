@@ -41,12 +41,24 @@ class DPSWGen(SlicedReleaseModule):
 
     Samples: unlimited and free (``G(u)``).
 
+    Start: with ``init_from_decoder``, the generator starts as the public stage-1 decoder (its
+    weights loaded into :class:`~lightning_dpot.nn.DecoderGenerator`, which has the decoder's
+    architecture; public data only, no privacy cost). A fresh decoder-shaped generator outputs
+    an almost constant mid-grey image (``2·sigmoid(≈0) − 1 ≈ 0``), and a frozen ReLU encoder
+    can be flat there: with the Fashion-MNIST autoencoder of ``configs/compare/fashion_cpu``
+    every unit of its first layer is off at 0, ``∂E/∂x = 0`` exactly, and the generator never
+    moves (docs/dpswflow.md, "DPSWgen's start"). The start happens once, at the first
+    :meth:`setup` of a module that was never trained (a flag in its state dict), so a resumed or
+    reloaded generator keeps its weights.
+
     Args:
         generator: network ``u → record`` with ``latent_dim`` (paper: the decoder's architecture,
             :class:`~lightning_dpot.nn.ConvDecoderGenerator32`).
         generated_batch_size: generated samples per step.
         lr: Adam learning rate.
         num_directions, accountant, seed: as :class:`~lightning_dpot.methods.dpsw.flow.DPSWFlowR`.
+        init_from_decoder: start from the public decoder (above); needs the data module's
+            autoencoder and a generator whose ``body`` has its decoder's architecture.
         **kwargs: the release's arguments
             (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`: noise or target,
             δ, noise source).
@@ -60,6 +72,7 @@ class DPSWGen(SlicedReleaseModule):
         lr: float = 1e-3,
         accountant: Literal["rdp", "pld"] = "rdp",
         seed: int = 0,
+        init_from_decoder: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(num_directions=num_directions, **kwargs)
@@ -70,6 +83,9 @@ class DPSWGen(SlicedReleaseModule):
         self.seed = check_nonnegative_int("seed", seed)
         self.batches = BatchReleases(self.release, self.seed)
         self.dim: int | None = None
+        self.init_from_decoder = bool(init_from_decoder)
+        # Set once the generator has had its start: a reloaded or resumed module keeps its weights.
+        self.register_buffer("generator_started", torch.tensor(False))
 
     @override
     def privacy_context(self) -> dict[str, Any]:
@@ -88,9 +104,36 @@ class DPSWGen(SlicedReleaseModule):
         self.dim = int(datamodule.latent_dim)
         # Kept out of the module's state (the frozen public autoencoder belongs to stage 1).
         self.__dict__["_autoencoder"] = datamodule.autoencoder
+        if self.init_from_decoder and not bool(self.generator_started):
+            self._start_from_decoder(datamodule.autoencoder)
+        self.generator_started.fill_(True)
         self.planned_release_count = self.batches.bind(
             type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
         )
+
+    def _start_from_decoder(self, autoencoder: nn.Module | None) -> None:
+        body = getattr(self.generator, "body", None)
+        if autoencoder is None or body is None:
+            raise ValueError(
+                "init_from_decoder=True needs the data module's autoencoder and a generator with "
+                "the decoder's architecture (lightning_dpot.nn.DecoderGenerator); got "
+                f"autoencoder={type(autoencoder).__name__}, generator="
+                f"{type(self.generator).__name__}. Set init_from_decoder=False otherwise"
+            )
+        try:
+            body.load_state_dict(autoencoder.decoder_body.state_dict())
+        except RuntimeError as error:
+            raise ValueError(
+                "init_from_decoder=True: the generator's architecture differs from the "
+                f"autoencoder's decoder ({str(error).splitlines()[0]}); give the generator the "
+                "decoder's architecture, latent_dim and channels, or set init_from_decoder=False"
+            ) from None
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        # Checkpoints written before the flag existed hold a trained generator.
+        checkpoint["state_dict"].setdefault("generator_started", torch.tensor(True))
 
     def to_latent(self, records: Tensor) -> Tensor:
         """Differentiable map of generated records to the private latents' space."""
