@@ -7,11 +7,11 @@ every 2,000 steps).
         --out docs/results/dp_sinkhorn_cpu30min
 
 Each checkpoint is scored by ``dpot evaluate`` (``--metrics utility``, quick mode by default,
-4,000 labelled samples, the raw held-out split) and placed at its training time: the
-checkpoint file's modification time minus that of the run's ``config.yaml`` (written when the
-fit starts). Every point is a snapshot of the one run, whose noise was calibrated once for its
-planned length; the run as a whole spends its target ε whichever snapshot is used. Writes
-``accuracy_vs_time.json``, ``.md`` and ``.png``.
+4,000 labelled samples, the raw held-out split) and placed at its training time: the checkpoint
+file's modification time minus that of the run's ``config.yaml`` (written when the fit starts; a
+resumed fit rewrites it, so score runs that were not resumed). Every point is a snapshot of the
+one run, whose noise was calibrated once for its planned length; the run as a whole spends its
+target ε whichever snapshot is used. Writes ``accuracy_vs_time.json``, ``.md`` and ``.png``.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def evaluate(checkpoint: Path, num_samples: int, mode: str) -> dict:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
+    """The three accuracies against training minutes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,6 +81,8 @@ def main() -> None:
         "--stride", type=int, default=1, help="score every STRIDE-th checkpoint and the last"
     )
     args = parser.parse_args()
+    if args.stride < 1:
+        parser.error(f"--stride must be an integer >= 1, got {args.stride}")
     run, out = Path(args.run), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = (run / "config.yaml").stat().st_mtime

@@ -106,6 +106,7 @@ from lightning_dpot.compare.suite import (  # noqa: E402
     MethodSpec,
     PrepareSpec,
     Suite,
+    check_inception_weights,
     load_suite,
     with_inception_weights,
 )
@@ -974,7 +975,8 @@ def markdown(summary: dict) -> str:
     budget = f"budget {minutes:g} min" if single is None else f"{single['jobs']} jobs"
     key = summary.get("frechet", "fd_classifier")
     frechet = (
-        "FID: InceptionV3 features (the torch-fidelity weights file), on the published scale. "
+        "FID: InceptionV3 features (the torch-fidelity weights file), as the papers, but on "
+        "fewer samples (FID is biased upward at small N). "
         if key == "fid"
         else "FD: Fréchet distance on the project classifier's features (not FID). "
     )
@@ -1237,9 +1239,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.feature_extractor_weights_path is not None:
         try:  # the FID network is built once now, not after the first run has trained
-            with_inception_weights(load_suite(SUITE), args.feature_extractor_weights_path)
-        except (FileNotFoundError, ModuleNotFoundError) as error:
+            path = check_inception_weights(args.feature_extractor_weights_path)
+        except (FileNotFoundError, ModuleNotFoundError, ValueError) as error:
             parser.error(f"--feature-extractor-weights-path: {error}")
+        args.feature_extractor_weights_path = path
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     elif args.device == "cuda" and not torch.cuda.is_available():

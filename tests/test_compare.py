@@ -369,14 +369,16 @@ def test_with_inception_weights_a_suite_sets_fid_beside_the_published_fid(
     }  # fmt: skip
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(suite))
+    out = tmp_path / "out"
     missing = tmp_path / "missing.pth"
     with pytest.raises(SystemExit):
-        main(["compare", "--config", str(path), "--feature-extractor-weights-path", str(missing)])
+        main(["compare", "--config", str(path), "--output", str(out),
+              "--feature-extractor-weights-path", str(missing)])  # fmt: skip
     assert f"feature_extractor_weights_path='{missing}' is not an existing file" in (
         capsys.readouterr().err
     )
+    assert not out.exists()  # refused before anything trained
 
-    out = tmp_path / "out"
     weights = str(stand_in_inception_weights)
     main(["compare", "--config", str(path), "--output", str(out),
           "--feature-extractor-weights-path", weights])  # fmt: skip
@@ -384,3 +386,20 @@ def test_with_inception_weights_a_suite_sets_fid_beside_the_published_fid(
     assert "fd_classifier" not in cell["metrics"] and cell["metrics"]["fid"] > 0
     table = (out / "comparison.md").read_text()
     assert f"| FID (Inception) | 132.6 | {cell['metrics']['fid']:.3g}" in table
+
+    moved = tmp_path / "elsewhere" / Path(weights).name  # the same file at another path
+    moved.parent.mkdir()
+    moved.write_bytes(Path(weights).read_bytes())
+    capsys.readouterr()
+    main(["compare", "--config", str(path), "--output", str(out),
+          "--feature-extractor-weights-path", str(moved)])  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["resumed_finished_cells"] == 1
+
+
+def test_fid_is_refused_for_a_suite_without_a_frechet_distance():
+    from lightning_dpot.compare.suite import with_inception_weights
+
+    suite = load_suite(REPO / "configs" / "compare" / "two_d.yaml")
+    assert "frechet" not in suite.evaluation
+    with pytest.raises(ValueError, match="measures no Fréchet distance"):
+        with_inception_weights(suite, "weights.pth")

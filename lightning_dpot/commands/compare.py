@@ -53,11 +53,16 @@ def run(args: argparse.Namespace) -> dict:
         plot_samples,
     )
     from lightning_dpot.compare.runner import run_cell, run_prepare
-    from lightning_dpot.compare.suite import load_suite, with_inception_weights
+    from lightning_dpot.compare.suite import (
+        check_inception_weights,
+        load_suite,
+        with_inception_weights,
+    )
 
     suite = load_suite(args.config)
     if args.feature_extractor_weights_path is not None:
-        suite = with_inception_weights(suite, args.feature_extractor_weights_path)
+        weights = check_inception_weights(args.feature_extractor_weights_path)
+        suite = with_inception_weights(suite, weights)
     out_dir = Path(args.output or Path("runs") / "compare" / suite.name).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = suite.cells()

@@ -145,10 +145,21 @@ def cell_fingerprint(suite: Suite, cell: Cell) -> dict[str, Any]:
         "config": compose_config(spec.config),
         "overrides": suite.overrides(spec.set, values),
         "delta": suite.delta,
-        "evaluation": suite.evaluation,
+        "evaluation": _evaluation_fingerprint(suite.evaluation),
         "prepare": {name: prepare_fingerprint(suite, name) for name in suite.prepare},
     }
     return {"digest": _digest(parts), "parts": parts}
+
+
+def _evaluation_fingerprint(evaluation: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation settings with a local weights file named by its content, not its path (the
+    same file elsewhere resumes the same cells)."""
+    frechet = evaluation.get("frechet")
+    if not isinstance(frechet, dict) or frechet.get("weights_path") is None:
+        return evaluation
+    digest = hashlib.sha256(Path(frechet["weights_path"]).read_bytes()).hexdigest()[:16]
+    named = {k: v for k, v in frechet.items() if k != "weights_path"}
+    return {**evaluation, "frechet": {**named, "weights_sha256": digest}}
 
 
 def prepare_fingerprint(suite: Suite, name: str) -> dict[str, Any]:

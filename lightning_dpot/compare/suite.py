@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import re
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -304,24 +304,43 @@ def suite_metrics(settings: dict) -> MetricSelection | None:
     return MetricSelection.parse(spec)
 
 
-def with_inception_weights(suite: Suite, weights_path: str | Path) -> Suite:
-    """``suite`` with its Fréchet distance measured as FID: InceptionV3 features from the local
-    weights file ``weights_path`` (torch-fidelity's ``weights-inception-2015-12-05-6726825d.pth``),
-    so that its rows sit beside published FIDs. Every other evaluation setting is kept. The
-    network is built once per file here, so a missing file or library fails before any training.
+def check_inception_weights(weights_path: str | Path) -> str:
+    """Build the FID network from the local weights file once, before anything trains; returns
+    its absolute path.
 
     Raises:
         FileNotFoundError: naming ``feature_extractor_weights_path`` and how to get the file.
         ModuleNotFoundError: without torch-fidelity.
+        ValueError: a file that does not load as the InceptionV3 weights.
     """
-    path = str(Path(weights_path).expanduser().resolve())
-    _check_inception_weights(path)
-    frechet = {"feature_extractor": "inception", "weights_path": path}
-    return replace(suite, evaluation={**suite.evaluation, "frechet": frechet})
-
-
-@cache
-def _check_inception_weights(path: str) -> None:
     from lightning_dpot.metrics.fid import InceptionFID
 
-    InceptionFID(path)
+    path = str(Path(weights_path).expanduser().resolve())
+    try:
+        InceptionFID(path)
+    except (RuntimeError, pickle.UnpicklingError, EOFError) as error:
+        raise ValueError(
+            f"feature_extractor_weights_path={path!r} does not load as the torch-fidelity "
+            f"InceptionV3 weights ({type(error).__name__}: {str(error).splitlines()[0]})"
+        ) from None
+    return path
+
+
+def with_inception_weights(suite: Suite, weights_path: str | Path) -> Suite:
+    """``suite`` with its Fréchet distance measured as FID on InceptionV3 features from the
+    local weights file ``weights_path`` (torch-fidelity's
+    ``weights-inception-2015-12-05-6726825d.pth``; check it first with
+    :func:`check_inception_weights`), so that its rows sit beside published FIDs. Every other
+    evaluation setting is kept; a cell's fingerprint holds the file's digest, not its path.
+
+    Raises:
+        ValueError: the suite measures no Fréchet distance (``evaluation.frechet``).
+    """
+    if not suite.evaluation.get("frechet"):
+        raise ValueError(
+            f"feature_extractor_weights_path: suite {suite.name!r} measures no Fréchet distance "
+            "(its evaluation has no frechet section), so there is no FID to measure"
+        )
+    path = str(Path(weights_path).expanduser().resolve())
+    frechet = {"feature_extractor": "inception", "weights_path": path}
+    return replace(suite, evaluation={**suite.evaluation, "frechet": frechet})

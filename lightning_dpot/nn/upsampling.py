@@ -77,6 +77,6 @@ class ConditionalUpsamplingGenerator(nn.Module):
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """z (B, latent_dim), labels (B,) int64 in [0, num_classes) → images (B, C, s, s)."""
         check_label_shape(z, labels)
-        one_hot = (labels[:, None] == torch.arange(self.num_classes, device=z.device)).to(z.dtype)
+        one_hot = nn.functional.one_hot(labels, self.num_classes).to(z.dtype)  # checks the range
         h = self.dense(torch.cat([z.reshape(z.shape[0], self.latent_dim), one_hot], 1))
         return 2.0 * torch.sigmoid(self.convs(h.view(-1, *self.base_shape))) - 1.0

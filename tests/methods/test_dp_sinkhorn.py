@@ -289,7 +289,9 @@ def _fast_config(config: Path, root: Path, idx_dir: Path) -> list[str]:
     if source["class_path"].endswith((".MNIST", ".FashionMNIST")):
         source["init_args"] = {"idx_dir": str(idx_dir), "split": "test-only", "limit": 4000}
     callbacks = data["trainer"].get("callbacks") or []  # no checkpoints in a 2-step check
-    data["trainer"]["callbacks"] = [c for c in callbacks if "Checkpoint" not in c["class_path"]]
+    data["trainer"]["callbacks"] = [
+        c for c in callbacks if not c["class_path"].endswith(".ModelCheckpoint")
+    ]
     path = root / config.name
     root.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data))

@@ -47,13 +47,15 @@ class DPSWGen(SlicedReleaseModule):
     an almost constant mid-grey image (``2·sigmoid(≈0) − 1 ≈ 0``), and a frozen ReLU encoder
     can be flat there: with the Fashion-MNIST autoencoder of ``configs/compare/fashion_cpu``
     every unit of its first layer is off at 0, ``∂E/∂x = 0`` exactly, and the generator never
-    moves (docs/dpswflow.md, "DPSWgen's start"). The start happens once, at the first
+    moves (docs/dpswflow.md, "DPSWgen's start"). The decoder was trained on unit-sphere latents
+    and now reads ``u ~ N(0, I)`` (norm about √d): its first images are sharper-contrast
+    decodings, already near the data (measured there). The start happens once, at the first
     :meth:`setup` of a module that was never trained (a flag in its state dict), so a resumed or
     reloaded generator keeps its weights.
 
     Args:
         generator: network ``u → record`` with ``latent_dim`` (paper: the decoder's architecture,
-            :class:`~lightning_dpot.nn.ConvDecoderGenerator32`).
+            :class:`~lightning_dpot.nn.DecoderGenerator`).
         generated_batch_size: generated samples per step.
         lr: Adam learning rate.
         num_directions, accountant, seed: as :class:`~lightning_dpot.methods.dpsw.flow.DPSWFlowR`.
@@ -106,10 +108,10 @@ class DPSWGen(SlicedReleaseModule):
         self.__dict__["_autoencoder"] = datamodule.autoencoder
         if self.init_from_decoder and not bool(self.generator_started):
             self._start_from_decoder(datamodule.autoencoder)
-        self.generator_started.fill_(True)
         self.planned_release_count = self.batches.bind(
             type(self).__name__, datamodule, self.trainer, self.target_epsilon, self.accountant
         )
+        self.generator_started.fill_(True)
 
     def _start_from_decoder(self, autoencoder: nn.Module | None) -> None:
         body = getattr(self.generator, "body", None)
@@ -120,14 +122,15 @@ class DPSWGen(SlicedReleaseModule):
                 f"autoencoder={type(autoencoder).__name__}, generator="
                 f"{type(self.generator).__name__}. Set init_from_decoder=False otherwise"
             )
-        try:
-            body.load_state_dict(autoencoder.decoder_body.state_dict())
-        except RuntimeError as error:
+        decoder = autoencoder.decoder_body.state_dict()
+        shapes = {name: tuple(value.shape) for name, value in body.state_dict().items()}
+        if shapes != {name: tuple(value.shape) for name, value in decoder.items()}:
             raise ValueError(
                 "init_from_decoder=True: the generator's architecture differs from the "
-                f"autoencoder's decoder ({str(error).splitlines()[0]}); give the generator the "
-                "decoder's architecture, latent_dim and channels, or set init_from_decoder=False"
-            ) from None
+                "autoencoder's decoder; give the generator the decoder's architecture, "
+                "latent_dim and channels, or set init_from_decoder=False"
+            )
+        body.load_state_dict(decoder)
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
