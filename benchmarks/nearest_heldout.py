@@ -1,22 +1,22 @@
-"""Mean distance from generated MNIST samples to their nearest held-out raw digit.
+"""Mean distance from generated images to their nearest held-out raw image (MNIST, Fashion-MNIST).
 
-For generated samples g_1..g_N and the raw held-out digits h_1..h_M (pixels in [−1, 1],
-flattened to R^784) it reports
+For generated samples g_1..g_N and the raw held-out images h_1..h_M of the run's data source
+(pixels in [−1, 1], flattened to R^784) it reports
 
     D = (1/N) Σ_i min_j ‖g_i − h_j‖₂,
 
 for each trained run, for the privatized release itself (the first N released records; also
 clipped to [−1, 1], a free post-processing), and for two references that calibrate the scale:
-the held-out digits against the *other* held-out digits (leave-one-out: what real digits score)
-and a blank image (all −1). D alone rewards blank or average images (the blank reference scores
-*below* real digits), so it also reports, for each set, the number of distinct labels among the
-nearest held-out neighbours and their entropy (diversity), and the coverage
-C = (1/M) Σ_j min_i ‖h_j − g_i‖₂ (how far held-out digits are from the generated set).
+the held-out images against the *other* held-out images (leave-one-out: what real images score)
+and a blank image (all −1). D alone rewards blank or average images (on MNIST the blank
+reference scores *below* real digits), so it also reports, for each set, the number of distinct
+labels among the nearest held-out neighbours and their entropy (diversity), and the coverage
+C = (1/M) Σ_j min_i ‖h_j − g_i‖₂ (how far held-out images are from the generated set).
 
 The data section is read from the first run's config.yaml; the cached release is loaded (never
 redrawn). Run from the repository root, e.g.
 
-    python benchmarks/mnist_nearest_heldout.py \\
+    python benchmarks/nearest_heldout.py \\
         --run entropic=runs/demo/<entropic run>/…/last.ckpt \\
         --run unregularized=runs/demo/<unregularized run>/…/last.ckpt \\
         --num 2000 --seed 0 --grid-dir docs/img --json docs/img/nearest_heldout.json
