@@ -38,6 +38,7 @@ wall time, scores, the paper's FID) and ``results.md`` (the table), ``<figure>/<
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -103,6 +104,23 @@ def config_name(panel: Panel, variant: str) -> str:
     return panel.config + ("_cpu_demo" if variant == "cpu_demo" else "")
 
 
+def max_time(minutes: float) -> str:
+    """Lightning's ``DD:HH:MM:SS`` for a limit in minutes, rounded to the second."""
+    seconds = round(minutes * 60)
+    days, seconds = divmod(seconds, 86_400)
+    hours, seconds = divmod(seconds, 3_600)
+    return f"{days:02d}:{hours:02d}:{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def config_digest(name: str) -> str:
+    """sha256 of the panel's config composed with its ``__base__`` fragments: an edited file
+    (or fragment) is a new config, whose earlier run is not reused."""
+    from lightning_dpot.config import compose_config
+
+    composed = compose_config(CONFIGS / f"{name}.yaml")
+    return hashlib.sha256(json.dumps(composed, sort_keys=True).encode()).hexdigest()
+
+
 def fit_command(name: str, args: argparse.Namespace) -> list[str]:
     """The ``dpot fit`` call of one panel."""
     command = [
@@ -117,20 +135,20 @@ def fit_command(name: str, args: argparse.Namespace) -> list[str]:
     if args.device != "auto":
         command.append(f"--trainer.accelerator={args.device}")
     if args.max_minutes is not None:
-        hours, minutes = divmod(int(args.max_minutes), 60)
-        command.append(f"--trainer.max_time=00:{hours:02d}:{minutes:02d}:00")
+        command.append(f"--trainer.max_time={max_time(args.max_minutes)}")
     if args.data_dir is not None:
         command.append(f"--data.init_args.source.init_args.idx_dir={args.data_dir}")
     return command + [f"--{item}" for item in args.set]
 
 
 def fit(name: str, args: argparse.Namespace) -> dict:
-    """Fit one panel, or reuse the run an identical command made before."""
+    """Fit one panel, or reuse the run that the same command on the same config made before."""
     marker = Path(args.runs_dir) / f"{name}.json"
-    command = fit_command(name, args)
+    command, digest = fit_command(name, args), config_digest(name)
     if marker.exists():
         done = json.loads(marker.read_text())
-        if done["command"] == command and Path(done["run_dir"], "report.json").exists():
+        same = done["command"] == command and done.get("config_sha256") == digest
+        if same and Path(done["run_dir"], "report.json").exists():
             print(f"{name}: reusing {done['run_dir']}", flush=True)
             return done
     log = Path(args.runs_dir) / f"{name}.log"
@@ -142,8 +160,11 @@ def fit(name: str, args: argparse.Namespace) -> dict:
     if status.returncode != 0:
         raise RuntimeError(f"{name}: dpot fit exited {status.returncode}; see {log}")
     lines = [line for line in log.read_text().splitlines() if line.startswith("run directory: ")]
+    if not lines:
+        raise RuntimeError(f"{name}: dpot fit printed no run directory; see {log}")
     done = {
         "command": command,
+        "config_sha256": digest,
         "run_dir": lines[-1].removeprefix("run directory: ").strip(),
         "wall_seconds": round(time.time() - start, 1),
         "threads": args.threads,
@@ -177,6 +198,8 @@ def classifier_fd(ckpt: Path, args: argparse.Namespace) -> float:
             str(args.num_samples),
             "--seed",
             str(args.seed),
+            "--device",
+            {"gpu": "cuda"}.get(args.device, args.device),
             "--no-progress",
         ]
     )
@@ -207,9 +230,12 @@ def score(panel: Panel, done: dict, args: argparse.Namespace) -> dict:
         "mechanism": privacy["mechanism"],
         "epsilon": privacy["epsilon"],
         "delta": privacy["delta"],
+        "release_seed": args.release_seed,
+        "seed_is_public": privacy["seed_is_public"],
         "noise_scale": privacy["noise_scale"],
         "steps": report["global_step"],
         "epochs": report["epochs"],
+        "fit_command": done["command"],
         "fit_wall_seconds": done.get("wall_seconds"),
         "threads": done.get("threads"),
         "fd_classifier": classifier_fd(ckpt, args),
@@ -218,14 +244,21 @@ def score(panel: Panel, done: dict, args: argparse.Namespace) -> dict:
     }
 
 
+#: The options every panel of one table shares.
+SETTINGS = ("variant", "num_samples", "seed", "release_seed", "max_minutes", "set", "data_dir")
+
+
+def settings(args: argparse.Namespace) -> dict:
+    return {key: getattr(args, key) for key in SETTINGS}
+
+
 def merged(path: Path, rows: list[dict], args: argparse.Namespace) -> list[dict]:
-    """``rows`` with the other panels of an earlier call into the same ``--out`` (same variant,
-    sample count and seed), in the order of :data:`PANELS`: one figure per call adds up."""
+    """``rows`` with the other panels of an earlier call into the same ``--out`` with the same
+    :data:`SETTINGS`, in the order of :data:`PANELS`: one figure per call adds up."""
     previous: list[dict] = []
     if path.exists():
         earlier = json.loads(path.read_text())
-        same = [earlier.get(k) for k in ("variant", "num_samples", "seed")]
-        if same == [args.variant, args.num_samples, args.seed]:
+        if earlier.get("settings") == settings(args):
             previous = earlier["panels"]
     new = {(row["figure"], row["panel"]) for row in rows}
     order = {(p.figure, p.panel): i for i, p in enumerate(PANELS)}
@@ -250,6 +283,13 @@ def table(rows: list[dict]) -> str:
             f"| {mine['distinct_nearest_labels']} | {mine['coverage_mean_distance']:.2f} "
             f"| {clipped['mean_nearest_distance']:.2f} / {clipped['coverage_mean_distance']:.2f} "
             f"| {row['paper_fid']:g} |"
+        )
+    public = sorted({row["release_seed"] for row in rows if row["seed_is_public"]})
+    if public:
+        lines.append(
+            f"\nThe releases were drawn from the public seed {', '.join(map(str, public))} so "
+            "that they can be reproduced: anyone can then recompute the noise, and the ε above "
+            "holds only for a release drawn from a secret seed (the default of `dpot fit`)."
         )
     reference = rows[0]["nearest_heldout"]["reference_heldout_leave_one_out"]
     blank = rows[0]["nearest_heldout"]["reference_blank_image"]
@@ -286,6 +326,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.parallel < 1 or args.threads < 1:
         parser.error("--parallel and --threads must be at least 1")
+    if args.max_minutes is not None and round(args.max_minutes * 60) < 1:
+        parser.error(f"--max-minutes must be at least one second, got {args.max_minutes}")
     panels = [p for p in PANELS if args.figures is None or p.figure in args.figures]
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -308,9 +350,7 @@ def main(argv: list[str] | None = None) -> dict:
         row = score(panel, done, args)
         rows.append({**row, "machine": {**machine, "load_average": os.getloadavg()}})
     results = {
-        "variant": args.variant,
-        "num_samples": args.num_samples,
-        "seed": args.seed,
+        "settings": settings(args),
         "panels": merged(Path(args.out) / "results.json", rows, args),
     }
     out = Path(args.out)

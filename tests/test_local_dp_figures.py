@@ -3,6 +3,7 @@ written as a table with its grids, and not fitted again by the same command."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -49,7 +50,8 @@ def test_the_panels_of_a_figure_are_fitted_scored_and_reused(tmp_path, digit_idx
         assert (out / "fig14" / f"{panel}_privatized.png").stat().st_size > 0
     table = (out / "results.md").read_text()
     assert "| fig14 | (a) entropic 2-WGAN, (35, 1e-4) | 35 | 2 |" in table
-    assert json.loads((out / "results.json").read_text())["variant"] == "cpu_demo"
+    assert "public seed 0" in table and all(row["seed_is_public"] for row in panels.values())
+    assert json.loads((out / "results.json").read_text())["settings"]["variant"] == "cpu_demo"
 
     fitted = sorted(p.name for p in runs.iterdir() if p.is_dir())
     capsys.readouterr()
@@ -61,17 +63,23 @@ def test_the_panels_of_a_figure_are_fitted_scored_and_reused(tmp_path, digit_idx
 def test_a_call_for_one_figure_keeps_the_other_figures_of_the_same_settings(tmp_path):
     script = _script()
     path = tmp_path / "results.json"
-    args = type("Args", (), {"variant": "paper", "num_samples": 2000, "seed": 0})()
+    options = dict(variant="paper", num_samples=2000, seed=0, release_seed=0, max_minutes=5.0)
+    args = argparse.Namespace(**options, set=[], data_dir=None)
     earlier = [{"figure": "fig11", "panel": "b", "x": 1}, {"figure": "fig14", "panel": "a", "x": 1}]
-    path.write_text(
-        json.dumps({"variant": "paper", "num_samples": 2000, "seed": 0, "panels": earlier})
-    )
+    path.write_text(json.dumps({"settings": script.settings(args), "panels": earlier}))
     rows = script.merged(path, [{"figure": "fig14", "panel": "a", "x": 2}], args)
     assert [(r["figure"], r["panel"], r["x"]) for r in rows] == [
         ("fig11", "b", 1),
         ("fig14", "a", 2),
     ]
-    args.seed = 1  # other settings: the earlier panels are not mixed in
+    args.max_minutes = 4.0  # other settings: the earlier panels are not mixed in
     assert script.merged(path, [{"figure": "fig14", "panel": "a", "x": 2}], args) == [
         {"figure": "fig14", "panel": "a", "x": 2}
     ]
+
+
+def test_time_limits_are_written_as_lightning_reads_them():
+    script = _script()
+    assert script.max_time(5) == "00:00:05:00"
+    assert script.max_time(0.5) == "00:00:00:30"
+    assert script.max_time(6000) == "04:04:00:00"
