@@ -173,14 +173,6 @@ def fit(name: str, args: argparse.Namespace) -> dict:
     return done
 
 
-def checkpoint_of(run_dir: Path) -> Path:
-    """The run's final checkpoint (the newest file in ``checkpoints/``)."""
-    checkpoints = sorted((run_dir / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not checkpoints:
-        raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}")
-    return checkpoints[-1]
-
-
 def classifier_fd(ckpt: Path, args: argparse.Namespace) -> float:
     """Classifier Fréchet distance of the run's samples to the raw held-out split."""
     from lightning_dpot.commands.evaluate import build_parser, evaluate
@@ -212,8 +204,10 @@ def score(panel: Panel, done: dict, args: argparse.Namespace) -> dict:
         sys.path.insert(0, str(BENCHMARKS))
     from nearest_heldout import main as nearest_heldout
 
+    from lightning_dpot.commands.checkpoint import find_checkpoint
+
     run_dir = Path(done["run_dir"])
-    ckpt = checkpoint_of(run_dir)
+    ckpt = find_checkpoint(run_dir)
     report = json.loads((run_dir / "report.json").read_text())
     grid_dir = Path(args.out) / panel.figure
     nearest = nearest_heldout(
