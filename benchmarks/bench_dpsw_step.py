@@ -6,7 +6,7 @@ Setting: 10,000 particles in d = 8, N_θ = 70 directions, a released target of
 m = 250 noisy projections (one DPSWflow-r minibatch), σ = 0.68, λ = 0.001. Reports the median
 over repeats of
 
-* ``flow_step``: :func:`~lightning_dpot.ot.sliced.sliced_flow_step` alone (projection, particle
+* ``flow_step``: :func:`~lightning_dpot.ot.sliced_flow.sliced_flow_step` alone (projection, particle
   noise, ranks, target quantiles, drift, Euler–Maruyama update);
 * ``dpswflow_r_step``: a full DPSWflow-r step (fresh Θ, Gaussian release of the minibatch, sort,
   flow step) as :class:`~lightning_dpot.methods.DPSWFlowR` does it.
@@ -24,7 +24,8 @@ import time
 import torch
 
 from lightning_dpot.methods.dpsw.sensitivity import gaussian_sliced_release
-from lightning_dpot.ot.sliced import random_directions, sliced_flow_step
+from lightning_dpot.ot.sliced import random_directions
+from lightning_dpot.ot.sliced_flow import sliced_flow_step
 
 
 def _time(fn, device: str, repeats: int) -> float:

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from lightning_dpot.ot.costs import lp_cost
 from lightning_dpot.ot.entropic import EntropicOT
+from lightning_dpot.ot.loop import SinkhornInfo
 from lightning_dpot.ot.precision import full_precision
-from lightning_dpot.ot.sinkhorn import SinkhornInfo
 
 
 class ExactOT(nn.Module):

@@ -1,4 +1,5 @@
-"""KeOps kernels for the O(N + M)-memory Sinkhorn backends.
+"""KeOps kernels for the O(N + M)-memory Sinkhorn backends: ``online`` and the truncated
+``multiscale`` kernel.
 
 KeOps (``pykeops``, the engine geomloss builds on) evaluates reductions such as
 
@@ -25,6 +26,8 @@ import torch
 from torch import Tensor
 
 from lightning_dpot.ot.costs import GroundCost
+from lightning_dpot.ot.dense import coarse_solve
+from lightning_dpot.ot.loop import Target, anneal, coarse_then_fine
 
 log = logging.getLogger(__name__)
 
@@ -172,3 +175,68 @@ def block_sparse_ranges(ranges_x: Tensor, ranges_y: Tensor, keep: Tensor) -> tup
 
     ranges_xy = from_matrix(ranges_x, ranges_y, keep)
     return ranges_xy, swap_axes(ranges_xy)
+
+
+class KeOpsKernel:
+    """C evaluated on the fly by KeOps, optionally restricted to kept cluster blocks. A pass
+    with gradients costs the same as one without, so the convergence check is that pass."""
+
+    def __init__(self, cost: GroundCost, x: Tensor, y: Tensor, ranges=(None, None)) -> None:
+        self.cost, self.x, self.y = cost, x, y
+        self.ranges_xy, self.ranges_yx = ranges
+        self.name = "keops" if ranges[0] is None else "keops-truncated"
+
+    def relative_error(self, eps: float) -> float:
+        return 0.0
+
+    def softmin_x(self, eps: float, h_y: Tensor) -> Tensor:
+        return keops_softmin(self.cost, self.x.detach(), self.y.detach(), h_y, eps, self.ranges_xy)
+
+    def softmin_y(self, eps: float, h_x: Tensor) -> Tensor:
+        return keops_softmin(self.cost, self.y.detach(), self.x.detach(), h_x, eps, self.ranges_yx)
+
+    def softmin_x_grad(self, eps: float, h_y: Tensor) -> Tensor:
+        with torch.enable_grad():
+            return keops_softmin(self.cost, self.x, self.y.detach(), h_y, eps, self.ranges_xy)
+
+    def softmin_y_grad(self, eps: float, h_x: Tensor) -> Tensor:
+        with torch.enable_grad():
+            return keops_softmin(self.cost, self.y, self.x.detach(), h_x, eps, self.ranges_yx)
+
+
+def truncated_start(
+    cost: GroundCost,
+    x: Tensor,
+    y: Tensor,
+    log_a: Tensor,
+    log_b: Tensor,
+    eps_list: list[float],
+    p: int,
+    scale: float,
+    truncate: float,
+    target: Target,
+) -> tuple[KeOpsKernel, Tensor, Tensor]:
+    """The truncated multiscale kernel (Schmitzer 2016; geomloss' multiscale scheme) and
+    (f, g = T(f)) at λ on the points.
+
+    Anneal on the means of cubes of side ``scale`` while ε > scale^p (to convergence when the
+    whole schedule stays above it), keep the cluster pairs with f_k + g_l > C_kl − truncate·ε,
+    extrapolate the potentials to the points and finish the schedule there, block-sparse on
+    the sorted clouds (differentiable gathers of x and y)."""
+    perm_x, _, _, xc, ac, rx = clusterize(x.detach(), log_a.exp(), scale)
+    perm_y, _, _, yc, bc, ry = clusterize(y.detach(), log_b.exp(), scale)
+    log_ac, log_bc = ac.log(), bc.log()
+    coarse_eps, fine_eps = coarse_then_fine(eps_list, scale, p)
+    fc, gc, coarse = coarse_solve(cost, xc, yc, log_ac, log_bc, coarse_eps, target)
+    eps = coarse_eps[-1]
+    keep = fc[:, None] + gc[None, :] > coarse.matrix - truncate * eps
+    ranges = block_sparse_ranges(rx, ry, keep)
+    with torch.enable_grad():
+        x, y = x[perm_x], y[perm_y]
+    g = keops_softmin(cost, y.detach(), xc, log_ac + fc / eps, eps)
+    f = keops_softmin(cost, x.detach(), yc, log_bc + gc / eps, eps)
+    kernel = KeOpsKernel(cost, x, y, ranges)
+    f, g = anneal(kernel, log_a, log_b, f, g, fine_eps)
+    if len(fine_eps) < 2:  # no sweep on the points: g = T(f) at λ, as converge needs
+        g = kernel.softmin_y(eps_list[-1], log_a + f / eps_list[-1])
+    return kernel, f, g

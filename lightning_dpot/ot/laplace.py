@@ -53,9 +53,14 @@ import math
 import torch
 from torch import Tensor
 
+from lightning_dpot.ot.costs import GroundCost, LpCost
+from lightning_dpot.ot.dense import coarse_solve
+from lightning_dpot.ot.loop import Target, anneal, coarse_then_fine
+
 LINEAR_RANGE = 650.0  # e^{-650} is a normal float64 and e^{650} is finite
 QUANTILE_SAMPLE = 2**16  # block cuts come from at most this many evenly spaced points
 BLOCKS_SCALE = 0.7  # blocks per axis over (n·m)^{1/3}: the fastest of 0.5, 0.7, 1 at paper scale
+MAX_NEAR = 0.25  # at most this share of the N·M pairs near, else the truncated KeOps kernel
 
 
 def _cuts(a: Tensor, b: Tensor, per_value: bool) -> Tensor:
@@ -308,8 +313,8 @@ def near_pair_count(x: Tensor, y: Tensor) -> int:
 
 class LaplaceKernel:
     """The softmin of the ℓ1 cost C_ij = ‖x_i − y_j‖₁ between clouds in d ≤ 2, exact up to
-    float64 rounding (module docstring): the interface of the Sinkhorn kernels of
-    :mod:`lightning_dpot.ot.sinkhorn`, with ``relative_error`` 0."""
+    float64 rounding (module docstring): a :class:`~lightning_dpot.ot.loop.SoftminKernel` with
+    ``relative_error`` 0."""
 
     def __init__(self, x: Tensor, y: Tensor) -> None:
         dim = x.shape[1]
@@ -352,3 +357,42 @@ class LaplaceKernel:
         """:meth:`softmin_y`, differentiable in y (also under ``torch.no_grad``)."""
         with torch.enable_grad():
             return _Softmin.apply(self.y, self.plan_y, eps, h_x)
+
+
+def is_l1_kernel_cost(cost: GroundCost, dim: int) -> bool:
+    """Whether the exact kernel is for this cost and dimension: the ℓ1 cost (p = 1), d ≤ 2."""
+    return isinstance(cost, LpCost) and cost.p == 1 and dim <= 2
+
+
+def laplace_applies(cost: GroundCost, x: Tensor, y: Tensor) -> bool:
+    """Whether the multiscale backend runs the exact kernel on these clouds:
+    :func:`is_l1_kernel_cost` and at most ``MAX_NEAR`` of the N·M pairs near
+    (:func:`near_pair_count`); otherwise the truncated KeOps kernel runs."""
+    if not is_l1_kernel_cost(cost, x.shape[1]):
+        return False
+    return near_pair_count(x, y) <= MAX_NEAR * x.shape[0] * y.shape[0]
+
+
+def laplace_start(
+    cost: GroundCost,
+    x: Tensor,
+    y: Tensor,
+    log_a: Tensor,
+    log_b: Tensor,
+    eps_list: list[float],
+    p: int,
+    scale: float,
+    target: Target,
+) -> tuple[LaplaceKernel, Tensor, Tensor]:
+    """The exact kernel on the points and (f, g = T(f)) at λ there: the problem of the means
+    of the cubes of side ``scale`` annealed while ε > scale^p (solved to ``tol`` when
+    λ > scale^p), its g extrapolated to f on the points (exactly, by the same kernel from the
+    weighted means), then the rest of the schedule annealed on the points."""
+    (xc, ac), (yc, bc) = cube_means(x, scale), cube_means(y, scale)
+    coarse_eps, fine_eps = coarse_then_fine(eps_list, scale, p)
+    _, gc, _ = coarse_solve(cost, xc, yc, ac.log(), bc.log(), coarse_eps, target)
+    eps = coarse_eps[-1]
+    f = LaplaceKernel(x.detach(), yc).softmin_x(eps, bc.log() + gc / eps)
+    kernel = LaplaceKernel(x, y)
+    g = kernel.softmin_y(eps, log_a + f / eps)
+    return (kernel, *anneal(kernel, log_a, log_b, f, g, [eps, *fine_eps]))

@@ -41,9 +41,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+from lightning_dpot.ot.loop import SinkhornInfo, Target
 
 CORRECTOR_STEPS = (1.0, 0.5, 0.25, 0.125)
 PREDICTOR_STEPS = (0.0, 0.5, 1.0)
@@ -210,3 +213,42 @@ def refine(
                 return g[0], step, error
             g, softmax = _correct(cost, g, softmax, reg, corrector)
         return g[0], max_steps, float(_residual(softmax)[2])
+
+
+def solve_costs(
+    costs: Sequence[Tensor],
+    eps0: float,
+    target: Target,
+    fixed_budget: bool,
+    potential: Callable[[Tensor, float, float], Tensor] = semi_dual_potential,
+) -> list[tuple[Tensor, SinkhornInfo | None]]:
+    """The ``newton`` backend on float64 cost matrices (autograd graphs to the points): each
+    problem's potential on its smaller side by the fixed-budget path (one batched path where
+    the shapes agree), its value by the envelope theorem (:func:`semi_dual_value`); unless
+    ``fixed_budget``, further steps at λ until ``tol`` (or ``max_iter``) and a
+    :class:`~lightning_dpot.ot.loop.SinkhornInfo` (``None`` with ``fixed_budget``)."""
+    # The Hessian is M × M: solve for the smaller side.
+    costs = [cost.T if cost.shape[1] > cost.shape[0] else cost for cost in costs]
+    if len(costs) > 1 and len({cost.shape for cost in costs}) == 1:
+        stacked = torch.stack([cost.detach() for cost in costs])
+        potentials = list(potential(stacked, eps0, target.reg))
+    else:
+        potentials = [potential(cost, eps0, target.reg) for cost in costs]
+    out: list[tuple[Tensor, SinkhornInfo | None]] = []
+    for cost, g in zip(costs, potentials, strict=True):
+        if fixed_budget:
+            out.append((semi_dual_value(cost, g, target.reg), None))
+            continue
+        g, steps, error = refine(cost, g, target.reg, target.tol, target.max_iter)
+        info = SinkhornInfo(
+            backend="newton",
+            annealing_steps=len(halving_schedule(eps0, target.reg)) - 1,
+            iterations=FINAL_STEPS + steps,
+            marginal_error=error,
+            tolerance=target.tol,
+            converged=error <= target.tol,
+            kernel="dense",
+            kernel_error=0.0,
+        )
+        out.append((semi_dual_value(cost, g, target.reg), info))
+    return out

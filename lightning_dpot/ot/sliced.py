@@ -1,4 +1,5 @@
-"""Sliced and Gaussian-smoothed sliced Wasserstein distances, and the DP sliced-Wasserstein flow.
+"""Sliced and Gaussian-smoothed sliced Wasserstein distances (the DP sliced-Wasserstein flow that
+follows them: :mod:`lightning_dpot.ot.sliced_flow`).
 
 Notation (Sebag et al. 2023, §2.2 and §4). Records and particles are rows of ``x ∈ R^{n×d}``; the
 ``N_θ`` directions are the rows of ``theta ∈ R^{N_θ×d}``, each on the unit sphere S^{d-1}.
@@ -17,9 +18,6 @@ run in full precision.
   sample receives its own N(0, σ²) draw. ``σ`` is in the units of the data (a standard deviation,
   not a variance). The private release of the data is exactly such noisy projections,
   ``XΘᵀ + Z`` (eq. 23; see :mod:`lightning_dpot.methods.dpsw.sensitivity`).
-* The particle flow (eqs. 17–21) moves particles along the gradient of
-  ``½ G_σSW_2^2(·, ν) + λ H(·)`` (eq. 12) with the Euler–Maruyama step
-  ``X_{k+1} = X_k + h v̂_k(X_k) + sqrt(2λh) ξ``.
 
 Empirical quantile functions and CDFs use the linear interpolation of ``torch.quantile``
 (``interpolation="linear"``): the i-th smallest of n values (0-based) sits at level ``i/(n−1)``,
@@ -30,23 +28,18 @@ the range of the sample.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 from torch import Tensor
 
 from lightning_dpot.checks import (
     check_nonnegative,
-    check_positive,
     check_positive_int,
 )
 from lightning_dpot.ot.precision import full_precision
 from lightning_dpot.rng import NoiseSource, standard_normal
 
-DriftEvaluation = Literal["noisy", "projection"]
-
 __all__ = [
-    "DriftEvaluation",
     "dp_sliced_wasserstein_loss",
     "empirical_cdf",
     "empirical_quantile",
@@ -54,8 +47,6 @@ __all__ = [
     "noisy_projections",
     "project",
     "random_directions",
-    "sliced_flow_drift",
-    "sliced_flow_step",
     "sliced_wasserstein",
     "wasserstein_1d_cost",
 ]
@@ -90,7 +81,7 @@ def random_directions(
     return g / torch.linalg.vector_norm(g, dim=1, keepdim=True)
 
 
-def _check_matrix(name: str, x: Tensor) -> None:
+def check_matrix(name: str, x: Tensor) -> None:
     if x.dim() != 2:
         raise ValueError(
             f"{name} must be a 2-D tensor (rows = samples), got shape {tuple(x.shape)}"
@@ -110,8 +101,8 @@ def project(x: Tensor, theta: Tensor) -> Tensor:
     Returns:
         ``(n, N_θ)``; column ``j`` is the sample projected on ``θ_j`` (``P^{θ_j}_# μ``).
     """
-    _check_matrix("x", x)
-    _check_matrix("theta", theta)
+    check_matrix("x", x)
+    check_matrix("theta", theta)
     if x.shape[1] != theta.shape[1]:
         raise ValueError(
             f"x has dimension {x.shape[1]} but theta has dimension {theta.shape[1]}; "
@@ -120,7 +111,7 @@ def project(x: Tensor, theta: Tensor) -> Tensor:
     return x @ theta.transpose(0, 1)
 
 
-def _standard_normal_like(t: Tensor, generator: NoiseSource | None) -> Tensor:
+def standard_normal_like(t: Tensor, generator: NoiseSource | None) -> Tensor:
     return standard_normal(tuple(t.shape), generator, device=t.device, dtype=t.dtype)
 
 
@@ -151,7 +142,7 @@ def noisy_projections(
     proj = project(x, theta)
     if noise_scale == 0.0:
         return proj
-    return proj + noise_scale * _standard_normal_like(proj, generator)
+    return proj + noise_scale * standard_normal_like(proj, generator)
 
 
 def empirical_quantile(sorted_values: Tensor, levels: Tensor) -> Tensor:
@@ -251,8 +242,8 @@ def wasserstein_1d_cost(x_proj: Tensor, y_proj: Tensor, p: float = 2.0) -> Tenso
         ``(N_θ,)`` tensor of ``W_p^p`` (the cost, not its ``1/p`` root).
     """
     p = _check_p(p)
-    _check_matrix("x_proj", x_proj)
-    _check_matrix("y_proj", y_proj)
+    check_matrix("x_proj", x_proj)
+    check_matrix("y_proj", y_proj)
     if x_proj.shape[1] != y_proj.shape[1]:
         raise ValueError(
             f"x_proj has {x_proj.shape[1]} directions but y_proj has {y_proj.shape[1]}; "
@@ -352,7 +343,7 @@ def dp_sliced_wasserstein_loss(
         0-d tensor, ``G_σSW_p^p`` estimate.
     """
     p = _check_p(p)
-    _check_matrix("target_projections_noisy", target_projections_noisy)
+    check_matrix("target_projections_noisy", target_projections_noisy)
     if target_projections_noisy.shape[1] != theta.shape[0]:
         raise ValueError(
             f"target_projections_noisy has {target_projections_noisy.shape[1]} columns but theta "
@@ -360,149 +351,3 @@ def dp_sliced_wasserstein_loss(
         )
     generated_noisy = noisy_projections(generated, theta, noise_scale, generator)
     return wasserstein_1d_cost(generated_noisy, target_projections_noisy, p=p).mean()
-
-
-def _ranks_as_levels(values: Tensor) -> Tensor:
-    """Levels ``rank/(n − 1)`` of every entry within its row (ties broken by sort order)."""
-    n = values.shape[1]
-    order = torch.argsort(values, dim=1)
-    knots = torch.arange(n, device=values.device, dtype=values.dtype) / (n - 1)
-    levels = torch.empty_like(values)
-    levels.scatter_(1, order, knots.expand_as(values))
-    return levels
-
-
-@full_precision
-def sliced_flow_drift(
-    particles: Tensor,
-    target_projections_noisy: Tensor,
-    theta: Tensor,
-    noise_scale: float,
-    generator: torch.Generator | None = None,
-    *,
-    evaluate_at: DriftEvaluation = "noisy",
-    target_sorted: bool = False,
-) -> Tensor:
-    """Monte Carlo drift ``v̂(x)`` of the Gaussian-smoothed SW flow (Sebag et al. 2023, eqs. 19–21).
-
-    ``v̂(x) = −(1/N_θ) Σ_j ψ_j'(z_j) θ_j`` (eq. 20), with (eq. 21)
-    ``ψ_j'(z) = z − F̃_{ν,j}^{-1}(F̃_{μ,j}(z))``, where
-
-    * ``F̃_{μ,j}`` is the empirical CDF of the particles' noisy projections
-      ``⟨X^i, θ_j⟩ + σ Z^i_j`` (fresh ``Z`` each call: the particles are public, their noise
-      costs no privacy, but it must have the target's level ``σ`` so that both projections are
-      smoothed alike — ``θ_j#μ̂ * N(0, σ²)``, eq. 19);
-    * ``F̃_{ν,j}^{-1}`` is the empirical quantile function of column ``j`` of the released target
-      projections ``Y Θᵀ + Z_Y`` (eq. 23);
-    * both use the linear interpolation of :func:`empirical_cdf` / :func:`empirical_quantile`.
-
-    Where ψ' is evaluated (``evaluate_at``):
-
-    * ``"noisy"`` (default): at each particle's own noisy projection, ``z_j = ⟨x, θ_j⟩ + σZ_j``.
-      Then ``F̃_μ(z)`` is the particle's rank level and the map is the monotone matching of the two
-      noisy samples. This is the unbiased one-draw estimate of the exact first variation of
-      ``½ G_σSW_2^2`` under ``x ↦ x + εζ(x)``, whose velocity is ``−∫ E_Z[ψ_θ'(⟨x, θ⟩ + σZ)] θ dθ``
-      (the noise moves with its particle), and it is what the authors' code computes.
-    * ``"projection"``: at the clean projection ``z_j = ⟨x, θ_j⟩``, as eq. 21 is printed
-      (Proposition 2 in App. A). It still uses the noisy particle CDF.
-
-    With ``σ = 0`` both are the (unsmoothed) SW flow drift of Liutkus et al. (2019).
-
-    DPSWflow uses ``M_θ`` of its ``N_θ`` fixed directions per step: pass ``theta[idx]`` and
-    ``target_projections_noisy[:, idx]``.
-
-    Args:
-        particles: ``(n, d)``, ``n ≥ 2``.
-        target_projections_noisy: ``(m, N_θ)`` released target projections (column ``j`` ↔ ``θ_j``).
-        theta: ``(N_θ, d)`` unit directions.
-        noise_scale: ``σ ≥ 0``, the release's noise level.
-        generator: random stream of the particles' projection noise.
-        evaluate_at: ``"noisy"`` or ``"projection"``, see above.
-        target_sorted: ``True`` when every column of ``target_projections_noisy`` is already
-            sorted ascending (e.g. ``torch.sort(release, dim=0).values``, cached once by
-            DPSWflow); skips one sort per step. Sorting is post-processing and changes nothing
-            else.
-
-    Returns:
-        ``(n, d)`` drift ``v̂(X^i)``.
-    """
-    noise_scale = check_nonnegative("noise_scale", noise_scale)
-    if evaluate_at not in ("noisy", "projection"):
-        raise ValueError(f"evaluate_at must be 'noisy' or 'projection', got {evaluate_at!r}")
-    _check_matrix("target_projections_noisy", target_projections_noisy)
-    n = particles.shape[0] if particles.dim() == 2 else 0
-    if n < 2:
-        raise ValueError(f"the flow needs at least 2 particles, got shape {tuple(particles.shape)}")
-    num_directions = theta.shape[0] if theta.dim() == 2 else -1
-    if target_projections_noisy.shape[1] != num_directions:
-        raise ValueError(
-            f"target_projections_noisy has {target_projections_noisy.shape[1]} columns but theta "
-            f"has shape {tuple(theta.shape)}; one column per direction is required"
-        )
-    # Same draws (layout (n, N_θ)) as noisy_projections and dp_sliced_wasserstein_loss.
-    proj = project(particles, theta)
-    noisy = proj + noise_scale * _standard_normal_like(proj, generator) if noise_scale else proj
-    proj, noisy = proj.transpose(0, 1), noisy.transpose(0, 1).contiguous()  # (N_θ, n)
-    if evaluate_at == "noisy":
-        z = noisy
-        levels = _ranks_as_levels(noisy)
-    else:
-        z = proj
-        levels = empirical_cdf(torch.sort(noisy, dim=1).values, proj)
-    target = target_projections_noisy.transpose(0, 1).to(proj.dtype)
-    if not target_sorted:
-        target = torch.sort(target, dim=1).values
-    transported = empirical_quantile(target.contiguous(), levels)  # (N_θ, n)
-    return -((z - transported).transpose(0, 1) @ theta) / num_directions
-
-
-def sliced_flow_step(
-    particles: Tensor,
-    target_projections_noisy: Tensor,
-    theta: Tensor,
-    step_size: float,
-    noise_scale: float,
-    diffusion: float,
-    generator: torch.Generator | None = None,
-    *,
-    evaluate_at: DriftEvaluation = "noisy",
-    target_sorted: bool = False,
-) -> Tensor:
-    """One Euler–Maruyama step of the DP sliced-Wasserstein flow (Sebag et al. 2023, eqs. 17–18).
-
-    ``X^i_{k+1} = X^i_k + h v̂_k(X^i_k) + sqrt(2λh) ξ^i``, ``ξ^i ~ N(0, I_d)``, with ``v̂_k`` from
-    :func:`sliced_flow_drift` (eq. 18 as printed omits the ``X^i_k +``; Algorithm 2, line 9, and
-    eq. 17 as an SDE discretisation include it). The target enters only through
-    ``target_projections_noisy``, so a step is post-processing of that release.
-
-    Random draws, in order, from ``generator``: the particles' projection noise (if ``σ > 0``),
-    then ``ξ`` (if ``λ > 0``).
-
-    Args:
-        particles: ``(n, d)`` current particles ``X_k``.
-        target_projections_noisy: ``(m, N_θ)`` released target projections.
-        theta: ``(N_θ, d)`` unit directions.
-        step_size: ``h > 0``.
-        noise_scale: ``σ ≥ 0`` (same as the release).
-        diffusion: ``λ ≥ 0``, the entropic regularisation strength of eq. 12.
-        generator: the random stream.
-        evaluate_at, target_sorted: see :func:`sliced_flow_drift`.
-
-    Returns:
-        ``(n, d)`` new particles ``X_{k+1}`` (the input is not modified).
-    """
-    step_size = check_positive("step_size", step_size)
-    diffusion = check_nonnegative("diffusion", diffusion)
-    drift = sliced_flow_drift(
-        particles,
-        target_projections_noisy,
-        theta,
-        noise_scale,
-        generator,
-        evaluate_at=evaluate_at,
-        target_sorted=target_sorted,
-    )
-    moved = particles + step_size * drift
-    if diffusion == 0.0:
-        return moved
-    return moved + math.sqrt(2.0 * diffusion * step_size) * _standard_normal_like(moved, generator)

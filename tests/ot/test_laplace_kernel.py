@@ -125,6 +125,8 @@ def test_points_on_a_line_make_every_pair_near_and_multiscale_keeps_the_truncate
     gen = torch.Generator().manual_seed(0)
     x, y = torch.rand(300, 2, generator=gen), torch.rand(400, 2, generator=gen)
     solver = EntropicSolver(LpCost(1), 1, 0.5, 4.0, backend="multiscale")
-    assert near_pair_count(x, y) < 0.25 * 300 * 400 and solver._laplace_applies(x, y)
+    assert near_pair_count(x, y) < 0.25 * 300 * 400
+    assert solver._multiscale_kernel(x, y) == ("laplace", None)
     x[:, 0], y[:, 0] = 0.5, 0.5
-    assert near_pair_count(x, y) == 300 * 400 and not solver._laplace_applies(x, y)
+    assert near_pair_count(x, y) == 300 * 400
+    assert solver._multiscale_kernel(x, y) == ("truncated", None)

@@ -18,11 +18,10 @@ from lightning_dpot.ot.sliced import (
     noisy_projections,
     project,
     random_directions,
-    sliced_flow_drift,
-    sliced_flow_step,
     sliced_wasserstein,
     wasserstein_1d_cost,
 )
+from lightning_dpot.ot.sliced_flow import sliced_flow_drift, sliced_flow_step
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

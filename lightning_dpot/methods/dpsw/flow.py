@@ -30,11 +30,8 @@ from lightning_dpot.methods.dpsw.release import (
     SlicedReleaseModule,
 )
 from lightning_dpot.nn.samplers import LatentDecoder, ParticleSampler, Reshape
-from lightning_dpot.ot.sliced import (
-    random_directions,
-    sliced_flow_step,
-    sliced_wasserstein,
-)
+from lightning_dpot.ot.sliced import random_directions, sliced_wasserstein
+from lightning_dpot.ot.sliced_flow import sliced_flow_step
 from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
 from lightning_dpot.privacy.guards import check_release_before_training
 from lightning_dpot.rng import seeded_generator
@@ -48,7 +45,7 @@ class _ParticleFlow(SlicedReleaseModule):
     Args:
         num_particles: particles N (all ranks together).
         step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
-        evaluate_at: see :func:`~lightning_dpot.ot.sliced.sliced_flow_drift`.
+        evaluate_at: see :func:`~lightning_dpot.ot.sliced_flow.sliced_flow_drift`.
         seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
             particles): post-processing or data-independent, so it may be published.
         **kwargs: the release's arguments (``num_directions``, ``noise_scale`` or
@@ -243,7 +240,7 @@ class DPSWFlow(_ParticleFlow):
     Algorithm: draw ``Θ ∈ R^{N_θ×d}`` once; release ``Ỹ = YΘᵀ + Z`` once (all private latents);
     cache ``sort(Ỹ)`` per column. Step ``k``: pick ``M_θ`` columns ``J_k`` (generator seeded by
     ``(seed, k)``), ``X_{k+1} = X_k + h·v̂(X_k; Ỹ[:, J_k], Θ[J_k]) + sqrt(2λh)·ξ`` (eqs. 18–21,
-    :func:`~lightning_dpot.ot.sliced.sliced_flow_step`).
+    :func:`~lightning_dpot.ot.sliced_flow.sliced_flow_step`).
 
     Privacy: one Gaussian mechanism with sensitivity ``Δ = 2·sqrt(w(N_θ, δ_s))`` (all ``N_θ``
     directions count, whichever ``M_θ`` a step uses), emitted as one
