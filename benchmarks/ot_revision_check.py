@@ -2,7 +2,8 @@
 gradients and :class:`SinkhornInfo` of every backend (bit for bit), and the time of each solve
 (value and gradient, median of interleaved repeats).
 
-    python benchmarks/ot_revision_check.py --rev 98aaa0d --out docs/results/ot_revision_check_cpu.json
+    python benchmarks/ot_revision_check.py --rev 98aaa0d \
+        --out docs/results/ot_revision_check_cpu.json
 
 Each case builds its cost from the package it runs, so the revision's own ``isinstance`` checks
 (which backend and kernel apply) see their own classes.

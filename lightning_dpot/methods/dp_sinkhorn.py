@@ -66,9 +66,9 @@ from lightning_dpot.checks import (
 from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.methods.base import log_sinkhorn_info
 from lightning_dpot.methods.conditional import ConditionalGeneratorModule
+from lightning_dpot.ot.backend import NEWTON_MAX_POINTS
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
 from lightning_dpot.ot.precision import upcast
-from lightning_dpot.ot.backend import NEWTON_MAX_POINTS
 from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
 from lightning_dpot.privacy.contract import ReleasesPrivateData
 from lightning_dpot.privacy.guards import planned_releases, warn_if_unaccounted
