@@ -464,9 +464,7 @@ def test_a_checkpoint_without_accountant_state_is_reported_from_its_release_obje
     assert privacy["epsilon"] == pytest.approx(report["privacy"]["epsilon"], rel=1e-12)
 
 
-def test_dpot_evaluate_enters_its_raw_held_out_split_and_refuses_released_records(
-    tmp_path, capsys
-):
+def test_dpot_evaluate_enters_its_raw_held_out_split_and_refuses_released_records(tmp_path, capsys):
     """Evaluation reads its held-out split without noise: a public use in the ledger, refused
     where those records were released privately (another split of the same digits)."""
     from lightning_dpot.data.ledger_file import PrivacyLedger
