@@ -1,4 +1,4 @@
-"""The entropic solver of an earlier revision against the installed one, in one process: value,
+r"""The entropic solver of an earlier revision against the installed one, in one process: value,
 gradients and :class:`SinkhornInfo` of every backend (bit for bit), and the time of each solve
 (value and gradient, median of interleaved repeats).
 
