@@ -8,7 +8,7 @@ false-negative rate β (says D on D'),
 
     α + e^{ε} β \ge 1 - δ \quad\text{and}\quad β + e^{ε} α \ge 1 - δ,
 
-so :math:`ε \ge \log\frac{1 - δ - β}{α}`. An audit draws the mechanism many times on a worst-case
+so ``ε \ge \log\frac{1 - δ - β}{α}``. An audit draws the mechanism many times on a worst-case
 pair, estimates α and β of a threshold test, replaces them by Clopper–Pearson upper confidence
 bounds (each at level ``alpha/2``, union bound: the result holds with probability ≥ 1 − alpha)
 and reports
@@ -18,17 +18,17 @@ and reports
     \hat ε_{lb} = \log\frac{1 - δ - \bar β}{\bar α}
 
 (Jagielski, Ullman, Oprea 2020, "Auditing differentially private machine learning"; Nasr et al.
-2021). If the implementation is correct, :math:`\hat ε_{lb} \le ε` except with probability
+2021). If the implementation is correct, ``\hat ε_{lb} \le ε`` except with probability
 alpha. The threshold is chosen on a separate *selection* split of the draws and evaluated on the
 rest, so choosing it does not bias the bound. An audit can only show a bug (ε_lb above the claim);
 passing it is evidence, not a proof. Its power is checked by auditing the same mechanism with
 its noise halved, which must exceed the claim.
 
 The ``*_scores`` functions run the product's own code paths
-(:class:`~lightning_dpot.privacy.mechanisms.ldp.LocalRandomizer`,
-:class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`,
-:func:`~lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`,
-:class:`~lightning_dpot.methods.dp_merf.MeanEmbeddingRelease`) on a worst-case pair
+(``LocalRandomizer``,
+``GradientSanitizer``,
+``gaussian_sliced_release``,
+``MeanEmbeddingRelease``) on a worst-case pair
 and return one test statistic per draw, oriented so that larger means D'. See
 ``docs/privacy_audit.md`` and ``benchmarks/audit_privacy.py``.
 """
@@ -98,7 +98,7 @@ def epsilon_lower_bound(
 
 @dataclass(frozen=True)
 class AuditResult:
-    """Outcome of :func:`audit_threshold_test`."""
+    """Outcome of ``audit_threshold_test``."""
 
     epsilon_lower_bound: float
     threshold: float

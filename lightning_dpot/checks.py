@@ -3,7 +3,7 @@
 Argument checks take ``(name, value)`` and return the value as a Python number; record checks
 take the tensor first. Each argument check raises ``ValueError`` naming the parameter, the value
 received and the accepted range, so a wrong configuration is refused loudly instead of being
-clipped. The record checks (:func:`check_records`, :func:`check_unit_ball`, :func:`check_labels`)
+clipped. The record checks (``check_records``, ``check_unit_ball``, ``check_labels``)
 name the failure, how many records fail and the first one's index, never a value computed from
 private records.
 """

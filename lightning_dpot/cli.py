@@ -1,10 +1,10 @@
-"""The ``dpot`` command: one dispatcher over the commands of :mod:`lightning_dpot.commands`
-and the training runs of :mod:`lightning_dpot.training`.
+"""The ``dpot`` command: one dispatcher over the commands of ``lightning_dpot.commands``
+and the training runs of ``lightning_dpot.training``.
 
 * ``dpot fit`` — LightningCLI over any method module and datamodule
   (``--config configs/...yaml``); every run writes config.yaml and report.json to its log dir,
   and every private run has an accountant. A config may start from shared fragments
-  (``__base__: [../_shared/...yaml]``, :func:`~lightning_dpot.config.compose_config`); the
+  (``__base__: [../_shared/...yaml]``, ``compose_config``); the
   command line still wins.
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.

@@ -3,8 +3,8 @@
 ``compose_config(path)`` returns the merged mapping; ``with_composed_configs(args)`` rewrites a
 command line's ``--config FILE`` so that LightningCLI reads the composed config (the arguments
 after it still override it). A ``configs/...`` or ``callbacks/...`` path that names no file on
-disk is read from the copy installed with the package (:mod:`lightning_dpot.resources`). Both
-refuse a key of :data:`RENAMED_KEYS` with one line naming its new name. Plain YAML, no Lightning:
+disk is read from the copy installed with the package (``lightning_dpot.resources``). Both
+refuse a key of ``RENAMED_KEYS`` with one line naming its new name. Plain YAML, no Lightning:
 this module sits below everything that runs.
 """
 
@@ -26,7 +26,7 @@ RENAMED_KEYS = {"noise_sigma": "noise_scale", "sinkhorn_scaling": "scaling"}
 
 
 def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
-    """Refuse any key of :data:`RENAMED_KEYS` in ``config`` (nested mappings and lists), naming
+    """Refuse any key of ``RENAMED_KEYS`` in ``config`` (nested mappings and lists), naming
     the file (``source``), where the key is and what it is called now.
 
     Raises:
@@ -45,7 +45,7 @@ def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
 
 
 def migrate_renamed_keys(config: Any) -> Any:
-    """``config`` with every key of :data:`RENAMED_KEYS` under its new name: for reading the
+    """``config`` with every key of ``RENAMED_KEYS`` under its new name: for reading the
     ``config.yaml`` a run of an earlier version saved (a new config is refused instead)."""
     if isinstance(config, dict):
         return {RENAMED_KEYS.get(k, k): migrate_renamed_keys(v) for k, v in config.items()}
@@ -63,23 +63,23 @@ def compose_config(path: str | os.PathLike, *, migrate: bool = False) -> dict[st
     replaces what is beneath; a mapping whose ``class_path`` differs from the one beneath
     replaces it whole (no init_args carry over to another class). A file without ``__base__``
     comes back as loaded. Files are read with jsonargparse's YAML loader, as ``--config`` is.
-    A renamed key (:data:`RENAMED_KEYS`) is refused, or with ``migrate`` (reading what a run of
-    an earlier version saved) renamed (:func:`migrate_renamed_keys`).
+    A renamed key (``RENAMED_KEYS``) is refused, or with ``migrate`` (reading what a run of
+    an earlier version saved) renamed (``migrate_renamed_keys``).
 
     Raises:
         ValueError: on a ``__base__`` loop, a file that is not a mapping, or a renamed key
-            (:func:`check_renamed_keys`).
+            (``check_renamed_keys``).
         FileNotFoundError: when a file is missing.
 
     Example::
 
-        import pathlib, tempfile
-        from lightning_dpot.config import compose_config
-
-        d = pathlib.Path(tempfile.mkdtemp())
-        (d / "base.yaml").write_text("trainer: {max_epochs: 10, accelerator: cpu}\\n")
-        (d / "run.yaml").write_text("__base__: base.yaml\\ntrainer: {max_epochs: 2}\\n")
-        compose_config(d / "run.yaml")  # {'trainer': {'max_epochs': 2, 'accelerator': 'cpu'}}
+        >>> import pathlib, tempfile
+        >>> from lightning_dpot.config import compose_config
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "base.yaml").write_text("trainer: {max_epochs: 10, accelerator: cpu}\\n")
+        >>> _ = (d / "run.yaml").write_text("__base__: base.yaml\\ntrainer: {max_epochs: 2}\\n")
+        >>> compose_config(d / "run.yaml")
+        {'trainer': {'max_epochs': 2, 'accelerator': 'cpu'}}
     """
     config = _compose(Path(resolve_path(os.fspath(path))), ())
     if migrate:
@@ -106,7 +106,7 @@ def _compose(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
 
 
 def _merge(base: Any, top: Any) -> Any:
-    """``top`` over ``base`` by the rules of :func:`compose_config`."""
+    """``top`` over ``base`` by the rules of ``compose_config``."""
     if not (isinstance(base, dict) and isinstance(top, dict)):
         return top
     if "class_path" in base and "class_path" in top and base["class_path"] != top["class_path"]:

@@ -1,7 +1,7 @@
 """Standalone generators: a trained method as one TorchScript file that samples with plain torch.
 
-:func:`export_generator` asks the method for its standalone sampler (:class:`Exportable`; the
-modules of :mod:`lightning_dpot.nn.samplers`), compiles it with ``torch.jit.script`` and saves
+``export_generator`` asks the method for its standalone sampler (``Exportable``; the
+modules of ``lightning_dpot.nn.samplers``), compiles it with ``torch.jit.script`` and saves
 it with ``torch.jit.save``. The file loads without this package::
 
     import torch
@@ -70,7 +70,7 @@ _CHECK_SEED, _CHECK_ROWS = 0, 3
 @runtime_checkable
 class Exportable(Protocol):
     """A method whose trained model samples on its own: ``standalone_sampler()`` returns a
-    TorchScript-able module of :mod:`lightning_dpot.nn.samplers` (a copy, on the CPU) holding
+    TorchScript-able module of ``lightning_dpot.nn.samplers`` (a copy, on the CPU) holding
     only released or post-processed quantities."""
 
     def standalone_sampler(self) -> StandaloneSampler: ...
@@ -111,8 +111,8 @@ def _draw(sampler: StandaloneSampler | torch.jit.ScriptModule) -> tuple[torch.Te
 
 def compile_sampler(sampler: StandaloneSampler) -> tuple[torch.jit.ScriptModule, str]:
     """``(torch.jit.script(sampler), "script")``, or ``(…, "trace")`` when TorchScript cannot
-    compile the network and it is traced first (:meth:`~lightning_dpot.nn.samplers.
-    StandaloneSampler.trace_network`, which replaces the sampler's network by its trace).
+    compile the network and it is traced first (``trace_network``, which replaces the sampler's
+    network by its trace).
 
     Raises:
         ValueError: the network can be neither scripted nor traced.
@@ -157,10 +157,10 @@ def save_sampler(
     config: dict[str, Any] | None,
     method: str,
 ) -> dict[str, Any]:
-    """Compile ``sampler`` (:func:`compile_sampler`) and save it to ``path`` with the embedded
+    """Compile ``sampler`` (``compile_sampler``) and save it to ``path`` with the embedded
     report ``{"method", "sampler", "privacy", "config", "lightning_dpot"}``; returns that
     report. ``privacy`` and ``config`` go in as they may leave the machine
-    (:func:`~lightning_dpot.privacy.accounting.report.shareable_report`: no ledger or journal, no
+    (``shareable_report``: no ledger or journal, no
     absolute path). The saved file is loaded back and its seeded draw compared with the uncompiled
     sampler's (another batch size than a trace's) before it takes the name ``path``.
 
@@ -210,7 +210,7 @@ def export_generator(
     embedded report.
 
     Args:
-        model: a trained method implementing :class:`Exportable`.
+        model: a trained method implementing ``Exportable``.
         path: the TorchScript file to write (parents are created).
         privacy: the ``privacy`` section of the run's ``report.json`` (``None``: the run had
             none, e.g. a non-private reference).
@@ -218,18 +218,22 @@ def export_generator(
 
     Raises:
         TypeError: ``model`` has no standalone sampler.
-        ValueError: the sampler cannot be saved faithfully (:func:`save_sampler`).
+        ValueError: the sampler cannot be saved faithfully (``save_sampler``).
 
-    Example::
+    Example (an untrained generator here; a fitted run's model comes from
+    ``lightning_dpot.commands.checkpoint.load_model(ckpt)`` and its privacy section from its
+    ``report.json``, which ``dpot export`` reads for you)::
 
-        import json
-        from lightning_dpot.commands.checkpoint import load_model
-        from lightning_dpot.export import export_generator
-
-        run = "runs/quickstart-…"
-        model, _ = load_model(f"{run}/checkpoints/last.ckpt")
-        report = json.loads(open(f"{run}/report.json").read())
-        export_generator(model, "generator.pt", privacy=report["privacy"])
+        >>> import pathlib, tempfile, torch
+        >>> from lightning_dpot.methods import EntropicWGAN
+        >>> from lightning_dpot.nn import MLPGenerator
+        >>> model = EntropicWGAN(MLPGenerator(2, [2], [8]), latent_range=(-2.0, 3.0))
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "generator.pt"
+        >>> embedded = export_generator(model, path, privacy=None)
+        >>> embedded["method"], read_embedded_report(path)["method"]
+        ('EntropicWGAN', 'EntropicWGAN')
+        >>> torch.jit.load(path).sample(16, seed=0).shape  # plain torch, no lightning_dpot
+        torch.Size([16, 2])
     """
     sampler = standalone_sampler(model)
     return save_sampler(sampler, path, privacy=privacy, config=config, method=type(model).__name__)

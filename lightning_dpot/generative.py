@@ -1,19 +1,19 @@
 """The generation protocol every method implements, and every callback and command uses.
 
 A trained method is a distribution G over records. Drawing from it is post-processing of the
-trained model: it costs no privacy. :class:`Generative` fixes how:
+trained model: it costs no privacy. ``Generative`` fixes how:
 
 * ``sample(n, *, generator=None) -> x`` — ``n`` records ``(n, *record_shape)`` on the CPU. With a
   seeded ``torch.Generator`` the draw is reproducible and leaves the global RNG alone (the fixed
   latent codes of a sample grid); without one it uses the global RNG.
 * ``sample_labeled(n, *, generator=None) -> (x, y)`` — class-conditional methods draw labels
-  y ~ Unif{0, …, L−1} and x ~ G(· | y); the others raise :class:`NotConditionalError`.
+  y ~ Unif{0, …, L−1} and x ~ G(· | y); the others raise ``NotConditionalError``.
   ``conditional`` says which without trying.
 * ``max_samples`` — ``None`` for a generator network (any n), the number of particles this rank
   holds for a particle flow (Sebag et al. 2023: the flow moves a fixed set of particles; more
   samples need a new flow).
 
-Methods subclass :class:`Generative` after ``LightningModule`` (``class M(L.LightningModule,
+Methods subclass ``Generative`` after ``LightningModule`` (``class M(L.LightningModule,
 Generative)``) and get the defaults; an outside model that has the members also passes
 ``isinstance(model, Generative)``.
 """
@@ -61,7 +61,7 @@ class Generative(Protocol):
 
 
 def require_generative(model: object) -> Generative:
-    """``model`` itself, after checking it implements :class:`Generative`."""
+    """``model`` itself, after checking it implements ``Generative``."""
     if not isinstance(model, Generative):
         raise TypeError(
             f"{type(model).__name__} does not implement lightning_dpot.generative.Generative "
@@ -83,7 +83,7 @@ def draw(
 
     A particle flow returns at most its ``max_samples`` particles (with a warning naming both
     numbers); one that holds none raises, since its particles exist only inside a training run
-    or after :func:`lightning_dpot.commands.checkpoint.load_model` restores them.
+    or after ``lightning_dpot.commands.checkpoint.load_model`` restores them.
     """
     require_generative(model)
     n = check_positive_int("n", n)

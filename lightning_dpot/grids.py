@@ -21,7 +21,7 @@ __all__ = [
 @runtime_checkable
 class ImageLogger(Protocol):
     """A logger that takes images (Lightning's ``WandbLogger`` and the project's
-    :class:`~lightning_dpot.loggers.WandbRunLogger` do)."""
+    ``WandbRunLogger`` do)."""
 
     def log_image(self, key: str, images: list[Any], step: int | None = None) -> None: ...
 

@@ -1,5 +1,5 @@
 """Weights & Biases logging, offline by default, one directory per run; files of a run as W&B
-artifacts (:class:`ArtifactLogger`)."""
+artifacts (``ArtifactLogger``)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class WandbRunLogger(WandbLogger):
     trainer's ``log_dir``: config.yaml, report.json, plots and samples land there, and ``dpot
     fit`` writes the checkpoints to its ``checkpoints/``). The directory is made when the run
     starts logging, so a run refused before it starts (a bad value) leaves nothing behind. The
-    W&B run ends with the fit (:meth:`finalize`): a second fit in the same process gets a run,
+    W&B run ends with the fit (``finalize``): a second fit in the same process gets a run,
     and a directory, of its own instead of Lightning's reuse of the W&B run in progress."""
 
     def __init__(

@@ -3,7 +3,7 @@ r"""Noise sources: a seeded ``torch.Generator`` or the operating system's CSPRNG
 The privacy of a noisy release rests on the noise being unpredictable. A ``torch.Generator``
 (Mersenne Twister on CPU, Philox on CUDA) is not a cryptographic generator: its whole future
 follows from its state, and its state can be reconstructed from enough outputs or from a seed.
-:class:`OSRandom` draws every bit from ``os.urandom`` (the kernel CSPRNG: ChaCha20 on Linux), so
+``OSRandom`` draws every bit from ``os.urandom`` (the kernel CSPRNG: ChaCha20 on Linux), so
 past outputs say nothing about the noise. ``secure_rng: true`` on the data modules and methods
 selects it (``docs/secure_noise.md``, which also measures its cost and states what it does *not*
 fix: the floating-point attack on textbook samplers, Mironov 2012).
@@ -17,8 +17,8 @@ The samplers are the textbook ones, computed in float64:
 * permutations: ``argsort`` of independent uniform 64-bit integers (ties have probability
   < n²/2⁶⁵ and are broken by position, a negligible bias).
 
-:func:`uniform`, :func:`standard_normal` and :func:`permutation` dispatch on the source, so call
-sites take a :data:`NoiseSource` and stay the same for both kinds.
+``uniform``, ``standard_normal`` and ``permutation`` dispatch on the source, so call
+sites take a ``NoiseSource`` and stay the same for both kinds.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class OSRandom:
 
 
 NoiseSource = torch.Generator | OSRandom
-"""Where noise comes from: a (seeded or secretly seeded) torch generator, or :class:`OSRandom`."""
+"""Where noise comes from: a (seeded or secretly seeded) torch generator, or ``OSRandom``."""
 
 
 def seeded_generator(*key: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -93,8 +93,8 @@ class SecretNoise:
 
     * default (``noise_seed=None``): a torch generator per device, seeded once from the OS
       entropy pool and never recorded, so nobody can regenerate the noise;
-    * ``secure_rng=True``: the OS CSPRNG itself (:class:`OSRandom`), no generator state at all;
-    * ``noise_seed=k``: the generator of ``(k, *key)`` (:func:`seeded_generator`), reproducible,
+    * ``secure_rng=True``: the OS CSPRNG itself (``OSRandom``), no generator state at all;
+    * ``noise_seed=k``: the generator of ``(k, *key)`` (``seeded_generator``), reproducible,
       and anyone who knows ``k`` can subtract the noise: tests and debugging only. Reports say
       ``noise_seed_is_public``.
     """
@@ -133,7 +133,7 @@ class SecretNoise:
 
 
 def uniform(shape: tuple[int, ...], source: NoiseSource | None) -> Tensor:
-    """float64 uniforms in [0, 1) (torch) or (0, 1) (:class:`OSRandom`), on the CPU."""
+    """float64 uniforms in [0, 1) (torch) or (0, 1) (``OSRandom``), on the CPU."""
     if isinstance(source, OSRandom):
         return source.uniform(shape)
     return torch.rand(shape, generator=source, dtype=torch.float64)
@@ -146,7 +146,7 @@ def standard_normal(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:
-    """N(0, 1) draws of ``shape``; an :class:`OSRandom` draws on the CPU and copies to
+    """N(0, 1) draws of ``shape``; an ``OSRandom`` draws on the CPU and copies to
     ``device``, a torch generator draws on its own device."""
     if isinstance(source, OSRandom):
         return source.standard_normal(shape).to(device=device, dtype=dtype)

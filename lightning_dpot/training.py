@@ -6,8 +6,8 @@ Every run writes config.yaml and report.json to its log dir and its checkpoints 
 ``PrivacyAccountantCallback``, or one attached that enforces the method's own budget. Each method
 builds its own optimizer from its ``lr`` (and ``optimizer``), so a config holds one learning rate
 and no ``optimizer:`` section. A ``--config`` file may start from shared fragments
-(:func:`~lightning_dpot.config.compose_config`); the command line still wins. The dependencies'
-messages that say nothing about the run are dropped (:func:`quiet_dependencies`).
+(``compose_config``); the command line still wins. The dependencies'
+messages that say nothing about the run are dropped (``quiet_dependencies``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 def checkpoints_in_run_dir(trainer: L.Trainer) -> None:
     """Point every ``ModelCheckpoint`` that names no ``dirpath`` at ``<run dir>/checkpoints``
-    when the run logs to a :class:`~lightning_dpot.loggers.WandbRunLogger` (Lightning's default
+    when the run logs to a ``WandbRunLogger`` (Lightning's default
     would be ``<run dir>/<project>/<W&B run id>/checkpoints``). Under DDP every rank's logger
     names a folder of its own; ``ModelCheckpoint.setup`` broadcasts rank 0's."""
     logger = trainer.logger
@@ -84,13 +84,13 @@ def quiet_dependencies() -> Iterator[None]:
 
 class DpotCLI(LightningCLI):
     """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
-    ``CheckpointIO`` plugin, into ``<run dir>/checkpoints`` (:func:`checkpoints_in_run_dir`),
+    ``CheckpointIO`` plugin, into ``<run dir>/checkpoints`` (``checkpoints_in_run_dir``),
     and accounts every private run: a module that releases private data
-    (:class:`~lightning_dpot.privacy.contract.ReleasesPrivateData`) and whose config names no
+    (``ReleasesPrivateData``) and whose config names no
     accountant gets a ``PrivacyAccountantCallback()``, which enforces the module's own
     ``target_epsilon`` at its release objects' δ (if it has one). Both are added at
     instantiation, so ``config.yaml`` stays as written. A ``--config`` file that names
-    ``__base__`` fragments is composed first (:func:`~lightning_dpot.config.compose_config`)."""
+    ``__base__`` fragments is composed first (``compose_config``)."""
 
     @override
     def parse_arguments(self, parser: Any, args: Any) -> None:
@@ -119,9 +119,9 @@ class DpotCLI(LightningCLI):
 def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
     """LightningCLI over any module/datamodule; the LDP privacy report, the run report
     (report.json) and the run's artifacts (generator.pt; W&B artifacts,
-    :class:`~lightning_dpot.callbacks.RunArtifacts`) are attached to every run, after the
+    ``RunArtifacts``) are attached to every run, after the
     config's own callbacks, and checkpoints are written atomically
-    (:class:`~lightning_dpot.plugins.AtomicCheckpointIO`). ``run=False`` only builds the model,
+    (``AtomicCheckpointIO``). ``run=False`` only builds the model,
     datamodule and trainer (``args`` then hold no subcommand)."""
     with quiet_dependencies(), warnings.catch_warnings():
         # Lightning warns whenever both `args` and a command line exist; ours are the same.

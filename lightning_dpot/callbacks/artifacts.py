@@ -1,16 +1,16 @@
 """What a run hands its user: the standalone generator and the run's files as W&B artifacts.
 
-:class:`RunArtifacts` (attached to every ``dpot fit`` run, after
-:class:`~lightning_dpot.callbacks.RunReport`):
+``RunArtifacts`` (attached to every ``dpot fit`` run, after
+``RunReport``):
 
 * at the end of fitting, writes ``generator.pt`` to the run's log dir: the standalone generator
-  of :func:`~lightning_dpot.export.export_generator`, with the ``privacy`` section of the run's
+  of ``export_generator``, with the ``privacy`` section of the run's
   ``report.json`` and its ``config.yaml`` embedded, when the module can be exported
-  (:class:`~lightning_dpot.export.Exportable`); otherwise one line says why not and the run
+  (``Exportable``); otherwise one line says why not and the run
   goes on;
 * once every end-of-fit hook has written its files (at ``teardown``), logs to every
-  :class:`~lightning_dpot.loggers.ArtifactLogger` (:class:`~lightning_dpot.loggers.
-  WandbRunLogger`, offline too) the artifact ``outputs-<run id>`` (type ``run-outputs``:
+  ``ArtifactLogger`` (``WandbRunLogger``, offline too) the artifact ``outputs-<run id>`` (type
+  ``run-outputs``:
   ``report.json``, ``privacy_report.json`` and every PNG of the log dir — sample grids, plots,
   ``epsilon.png``) and ``generator-<run id>`` (type ``model``: ``generator.pt``). With other
   loggers, or none, the files are written all the same.
@@ -18,7 +18,7 @@
 Nothing new leaves the run: the PNGs are those the run wrote (and logged as images), the
 report states what lies outside the guarantee, and the generator holds only the trained
 network or the released particles. The two reports go out as
-:func:`~lightning_dpot.privacy.accounting.report.shareable_report` makes them (written to
+``shareable_report`` makes them (written to
 ``<log dir>/shared/``, so what left is there to read): without the privacy ledger's entry,
 whose total over every release of the same records depends on the private data without noise,
 or the release journal, and without absolute paths.
@@ -57,10 +57,12 @@ class RunArtifacts(Callback):
 
     Example::
 
-        import lightning as L
-        from lightning_dpot.callbacks import RunArtifacts, RunReport
-
-        trainer = L.Trainer(max_epochs=1, callbacks=[RunReport(), RunArtifacts()])
+        >>> import lightning as L
+        >>> from lightning_dpot.callbacks import RunArtifacts, RunReport
+        >>> callbacks = [RunReport(), RunArtifacts()]
+        >>> trainer = L.Trainer(max_epochs=1, callbacks=callbacks, enable_progress_bar=False)
+        >>> all(callback in trainer.callbacks for callback in callbacks)
+        True
     """
 
     def __init__(self, export_generator: bool = True) -> None:

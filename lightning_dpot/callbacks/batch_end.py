@@ -4,7 +4,7 @@ Lightning calls the callbacks' hooks in list order, and a callback may end train
 an output in its own hook (``EarlyStopping`` or a ``Timer`` setting ``should_stop``, which makes
 the logger write after the batch). What depends on every callback's decision — committing the
 release journal before anything derived from the releases leaves the process, closing a
-profile's window — runs in an :class:`AfterBatch` put last in the trainer's callback list.
+profile's window — runs in an ``AfterBatch`` put last in the trainer's callback list.
 """
 
 from __future__ import annotations

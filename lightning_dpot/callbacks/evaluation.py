@@ -6,17 +6,17 @@ one line otherwise. It evaluates the module being trained every ``every_n_epochs
 epochs (``None``: only at the end) and once more at the end of training (``on_train_end``, while
 the DDP process group is still up), logs its numbers to the loggers (and the progress bar, where
 cheap) and contributes a section to ``report.json`` through ``report_key`` /
-``report_section`` (see :class:`~lightning_dpot.callbacks.run_report.RunReport`).
+``report_section`` (see ``RunReport``).
 
-The metrics are the evaluators of :mod:`lightning_dpot.metrics.evaluators` (formulas and
+The metrics are the evaluators of ``lightning_dpot.metrics.evaluators`` (formulas and
 references there), built with their options checked by
-:class:`~lightning_dpot.metrics.selection.MetricSelection`, as ``dpot evaluate`` and
+``MetricSelection``, as ``dpot evaluate`` and
 ``dpot compare`` build them. Samples come
-from the :class:`~lightning_dpot.generative.Generative` protocol (post-processing: no privacy
+from the ``Generative`` protocol (post-processing: no privacy
 cost); the reference is the datamodule's raw held-out split
-(:func:`~lightning_dpot.data.protocols.held_out_split`). Under DDP the Fréchet distance is
-computed on all ranks (each generates its :func:`~lightning_dpot.metrics.evaluators.
-rank_share` and adds its shard of the real split; the metric states are sums, so the value
+(``held_out_split``). Under DDP the Fréchet distance is
+computed on all ranks (each generates its ``rank_share`` and adds its shard of the real split; the
+metric states are sums, so the value
 equals the single-process value on the union); utility and W₂ run on rank 0 and are broadcast.
 """
 
@@ -57,7 +57,7 @@ def _log_everywhere(
 ) -> None:
     """``pl_module.log`` where Lightning allows it (epoch-end hooks); at ``on_train_end`` the
     values go straight to the loggers and into ``trainer.callback_metrics`` (read by
-    :class:`~lightning_dpot.callbacks.run_report.RunReport`)."""
+    ``RunReport``)."""
     finite = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}
     if in_hook_that_can_log:
         for key, value in finite.items():
@@ -71,7 +71,7 @@ def _log_everywhere(
 
 
 class _EvaluationCallback(Callback):
-    """The fit-start check (:meth:`check_run`), the schedule (every n epochs + at the end, never
+    """The fit-start check (``check_run``), the schedule (every n epochs + at the end, never
     twice for one step) and the report history."""
 
     report_key = "evaluation"
@@ -122,7 +122,7 @@ class _EvaluationCallback(Callback):
 
     def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse a run this evaluation cannot score; the datamodule asks before it releases
-        anything (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        anything (``check_before_release``)."""
         try:
             reference, labels = held_out_split(trainer.datamodule)
         except (TypeError, ValueError) as err:
@@ -161,7 +161,7 @@ class _EvaluationCallback(Callback):
 
 class FIDEvaluation(_EvaluationCallback):
     r"""FID (Inception) or the classifier-feature Fréchet distance of generated vs held-out
-    images (:class:`~lightning_dpot.metrics.evaluators.FrechetEvaluator`; Cao et al. 2021, §D.1:
+    images (``FrechetEvaluator``; Cao et al. 2021, §D.1:
     60,000 generated vs the test split). The real side is accumulated once and kept.
 
     Args:
@@ -286,9 +286,9 @@ class FIDEvaluation(_EvaluationCallback):
 
 class UtilityEvaluation(_EvaluationCallback):
     """Accuracy on the raw held-out split of classifiers trained on labelled synthetic samples
-    (:class:`~lightning_dpot.metrics.evaluators.UtilityEvaluator`, Cao et al. 2021, §D.2).
+    (``UtilityEvaluator``, Cao et al. 2021, §D.2).
 
-    During training the :data:`~lightning_dpot.metrics.utility.QUICK` settings are used; at the
+    During training the ``QUICK`` settings are used; at the
     end ``final_mode`` (default ``"full"``: the paper's protocol, 60,000 samples, patience 30).
     Runs on rank 0; the result is broadcast. Log keys ``utility/<classifier>``. A run whose
     method is unconditional or whose held-out split has no labels is refused when fitting
@@ -383,7 +383,7 @@ class UtilityEvaluation(_EvaluationCallback):
 
 class W2Evaluation(_EvaluationCallback):
     r"""Exact W₂ between generated and raw held-out samples on subsamples
-    (:class:`~lightning_dpot.metrics.evaluators.W2Evaluator`, Reshetova et al. 2024, §IV-C).
+    (``W2Evaluator``, Reshetova et al. 2024, §IV-C).
     Runs on rank 0 (result broadcast). Log keys ``w2`` and ``w2_stderr``.
 
     Args:

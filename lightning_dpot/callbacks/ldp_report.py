@@ -5,7 +5,7 @@ post-processing and spends nothing (Reshetova et al. 2024, Remark 1), so there i
 accumulate.
 
 The loggers receive the report only as it may leave the machine
-(:func:`~lightning_dpot.privacy.accounting.report.shareable_report`): a logger's files are
+(``shareable_report``): a logger's files are
 uploaded (``wandb sync``), and the privacy ledger's total and path describe this machine's other
 releases of the same records. ``report.json`` in the run directory keeps the whole report.
 """

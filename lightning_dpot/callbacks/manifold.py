@@ -22,12 +22,12 @@ class ManifoldEvaluation(Callback):
     """Logs ``manifold_error`` = mean over generated x of dist(x, support) every
     ``every_n_epochs`` and at the end of fitting, where the plot ``scatter.png`` is saved to the
     run directory and sent to the logger. For curve supports (half-circle, ellipse, rectangle)
-    it also logs ``arc_coverage`` (:meth:`~lightning_dpot.data.manifolds.CurveSource.coverage`:
+    it also logs ``arc_coverage`` (``coverage``:
     the share of 18 equal arc pieces holding at least a quarter of the uniform share of the
     samples within 0.25 of the curve), which catches a generator that covers only part of it.
 
     Needs a datamodule whose ``source`` is a curve with a known support (the metrics are
-    :class:`~lightning_dpot.metrics.evaluators.ManifoldEvaluator`'s); any other run is refused
+    ``ManifoldEvaluator``'s); any other run is refused
     when fitting starts.
 
     Args:
@@ -46,7 +46,7 @@ class ManifoldEvaluation(Callback):
 
     def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse a run whose data has no known curve support, before the datamodule releases
-        anything (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        anything (``check_before_release``)."""
         datamodule = trainer.datamodule
         source = getattr(datamodule, "source", None)
         if not isinstance(source, CurveSource):

@@ -1,19 +1,19 @@
 """The accountant: compose every privacy event a run emits, log (ε, δ), stop before a target,
 and write the one privacy report.
 
-A private module subclasses :class:`~lightning_dpot.privacy.contract.ReleasesPrivateData` and
+A private module subclasses ``ReleasesPrivateData`` and
 names its release objects; each call of one on private data emits one typed event
-(:mod:`lightning_dpot.privacy.events`). This callback is thin Lightning hooks around four parts:
+(``lightning_dpot.privacy.events``). This callback is thin Lightning hooks around four parts:
 
-* :class:`~lightning_dpot.privacy.accounting.composition.Composition` composes the drained
+* ``Composition`` composes the drained
   events, O(1) each: subsampled steps by the driving accountant (``"rdp"`` or ``"pld"``; one
-  scheme per run), or one :class:`~lightning_dpot.privacy.events.GaussianRelease` alone (the
+  scheme per run), or one ``GaussianRelease`` alone (the
   single release of DPSWflow or DP-MERF, analytic ε);
-* :class:`~lightning_dpot.privacy.accounting.budget.Budget` decides, from the events so far, the
+* ``Budget`` decides, from the events so far, the
   next optimizer step's events and the target, whether training continues;
-* :class:`~lightning_dpot.callbacks.privacy_record.RunRecord` keeps the record: the run's release
+* ``RunRecord`` keeps the record: the run's release
   journal (what a resume, an export and the report are derived from) and its ledger entry;
-* :mod:`lightning_dpot.privacy.accounting.report` formats the report.
+* ``lightning_dpot.privacy.accounting.report`` formats the report.
 
 What it enforces (``docs/privacy_accounting.md`` has each rule with its test)
 -----------------------------------------------------------------------------
@@ -22,12 +22,13 @@ What it enforces (``docs/privacy_accounting.md`` has each rule with its test)
   whose steps release nothing has released before training.
 * **The budget**: with a ``target_epsilon`` (the module's own, or the callback's if smaller)
   training stops **before** the first optimizer step that would exceed it at δ, or raises
-  :class:`PrivacyBudgetExceededError` where Lightning cannot stop (``min_steps``/``min_epochs``).
+  ``PrivacyBudgetExceededError`` where Lightning cannot stop (``min_steps``/``min_epochs``).
   A one-shot release the target cannot afford is refused before it is drawn.
 * **Before anything is released**: Lightning's tuners, and a δ other than the release objects'.
 * **Resumes**: checkpoints hold the state (composition, plan, journal by absolute path, id and
-  position, ledger entry, ε curve; earlier layouts via :mod:`~lightning_dpot.privacy.accounting.
-  migration`); a resume composes the whole journal (``journal_path`` if it moved with the run).
+  position, ledger entry, ε curve; earlier layouts via
+  ``lightning_dpot.privacy.accounting.migration``); a resume composes the whole journal
+  (``journal_path`` if it moved with the run).
   A checkpoint without this state after releases is refused unless ``earlier_releases=
   "as_configured"`` declares them; a resume calibrated otherwise is refused.
 * **Durability**: journal lines are committed in groups, after every callback's batch end,
@@ -35,7 +36,7 @@ What it enforces (``docs/privacy_accounting.md`` has each rule with its test)
   checkpoint, the run's end, a crash).
 
 It logs ``epsilon``, ``delta`` and ``privacy/releases`` every ``log_every_n_steps``, records
-(step, ε) in a bounded :class:`~lightning_dpot.privacy.accounting.curve.EpsilonCurve` drawn as
+(step, ε) in a bounded ``EpsilonCurve`` drawn as
 ``epsilon.png``, and writes ``privacy_report.json`` and the ``privacy`` section of
 ``report.json`` (rank 0), also when an exception ends a run that released.
 """
@@ -100,7 +101,7 @@ class PrivacyAccountantCallback(AccountantReports):
         delta: δ of the guarantee, in (0, 1); ``None`` takes the δ the module's release objects
             declare; required with ``target_epsilon``, and equal to theirs where they declare one.
         accountant: accountant that drives logging and stopping, ``"rdp"`` or ``"pld"``.
-        also_report: further accountants whose ε goes into :meth:`report`.
+        also_report: further accountants whose ε goes into ``report``.
         log_every_n_steps: log ε (and commit the journal) every this many releases, when the
             logger writes and at an epoch's or the run's end (the progress bar shows the last
             logged ε); default ``trainer.log_every_n_steps``.

@@ -1,6 +1,6 @@
 """The record of a private run's releases: its journal and its entry in the privacy ledger.
 
-Within a run the journal (:mod:`lightning_dpot.privacy.accounting.journal`) is the record of what
+Within a run the journal (``lightning_dpot.privacy.accounting.journal``) is the record of what
 was released; the accountant's composition, its report, the ε curve, an export and a resume are
 derived from it. A checkpoint names the journal by absolute path and id, with the number of
 releases it held when the checkpoint was written (its *position*), so a resume composes every
@@ -9,7 +9,7 @@ releases its weights saw. A run that moved (another machine, another folder) res
 accountant's ``journal_path`` naming where the journal lies now: it is checked as the one the
 checkpoint names would be (its id, at least the checkpoint's position, the checkpoint's
 releases as its beginning), and later checkpoints name it there. The ledger
-(:mod:`lightning_dpot.data.ledger`) holds, per data set, every run's entry: opened before the
+(``lightning_dpot.data.ledger``) holds, per data set, every run's entry: opened before the
 run's first release at the most it may spend, settled at what it spent.
 
 Global rank 0 reads and writes both; under DDP the journal's events are broadcast, so every rank
@@ -342,7 +342,7 @@ def logs_or_ends(trainer: L.Trainer, batch_idx: int) -> bool:
 
 def output_follows(trainer: L.Trainer, batch_idx: int) -> bool:
     """Whether something derived from the releases may leave the process after this batch:
-    :func:`logs_or_ends`, or the progress bar prints (a method's logged loss)."""
+    ``logs_or_ends``, or the progress bar prints (a method's logged loss)."""
     bar = trainer.progress_bar_callback
     refresh = int(getattr(bar, "refresh_rate", 1) or 0) if bar and bar.is_enabled else 0
     return logs_or_ends(trainer, batch_idx) or bool(refresh and (batch_idx + 1) % refresh == 0)

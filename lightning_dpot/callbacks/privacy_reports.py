@@ -2,10 +2,10 @@
 section of ``report.json``), the ε curve, the ledger settlement and the journal's last commit,
 also when an exception ends the run; and the report of the releases a checkpoint holds.
 
-:class:`AccountantReports` is the reporting half of
-:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`, which composes (its
+``AccountantReports`` is the reporting half of
+``PrivacyAccountantCallback``, which composes (its
 ``composition``), keeps the record (``record``) and holds the budget; the report's content is
-formatted by :mod:`lightning_dpot.privacy.accounting.report`.
+formatted by ``lightning_dpot.privacy.accounting.report``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class AccountantReports(Callback):
     """Report what was composed, at the end of a run or when an exception ends it.
 
     Args:
-        also_report: further accountants whose ε goes into :meth:`report` (``accountant``, the
+        also_report: further accountants whose ε goes into ``report`` (``accountant``, the
             driving one, is reported anyway).
         report_filename: name of the JSON report written to ``trainer.log_dir``.
         plot_filename: PNG of ε against the optimizer step (``None``: no plot).
@@ -204,7 +204,7 @@ class AccountantReports(Callback):
         )
 
     def report_section(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
-        """Hook of :class:`~lightning_dpot.callbacks.run_report.RunReport`; called while an
+        """Hook of ``RunReport``; called while an
         exception is handled (``trainer.interrupted``), it first composes what was released
         up to the exception, whichever callback's ``on_exception`` runs first."""
         if trainer.interrupted and self._ended_by is None:

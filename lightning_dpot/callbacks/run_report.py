@@ -1,9 +1,9 @@
 """``report.json``: one file per run with the final metrics, the privacy report and the config.
 
-Any callback that implements :class:`ReportsSection` (``report_key`` and
+Any callback that implements ``ReportsSection`` (``report_key`` and
 ``report_section(trainer, pl_module) -> dict``) contributes a section under its ``report_key``
 (e.g. the LDP report under ``privacy``), so new callbacks extend the report without touching
-this one. A module that implements :class:`DescribesLoss` adds its loss under ``loss``.
+this one. A module that implements ``DescribesLoss`` adds its loss under ``loss``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Sample grids with fixed randomness, saved as PNG and sent to the logger.
 
 Every grid is ``sample(K, generator=torch.Generator().manual_seed(seed))`` of the
-:class:`~lightning_dpot.generative.Generative` protocol: the same seed at every epoch, so a
+``Generative`` protocol: the same seed at every epoch, so a
 generator network shows the same latent codes G_t(z_1), …, G_t(z_K) evolving, and a particle
 flow its first K particles moving (the global RNG is neither read nor advanced). Sampling is
 post-processing of the trained model: no privacy cost.
@@ -34,7 +34,7 @@ class SampleGrid(Callback):
     ``log_image`` (e.g. wandb). Image records ``(C, H, W)`` with C in (1, 3) and values in
     [−1, 1] make an image grid; 2-D records (x₁, x₂) a scatter plot.
 
-    Works with every method (the :class:`~lightning_dpot.generative.Generative` protocol) whose
+    Works with every method (the ``Generative`` protocol) whose
     records are images or 2-D points; any other record shape is refused when fitting starts.
 
     Args:
@@ -49,7 +49,12 @@ class SampleGrid(Callback):
 
     Example::
 
-        trainer = L.Trainer(callbacks=[SampleGrid(num_samples=16, every_n_epochs=5)])
+        >>> import lightning as L
+        >>> from lightning_dpot.callbacks import SampleGrid
+        >>> grid = SampleGrid(num_samples=16, every_n_epochs=5)
+        >>> trainer = L.Trainer(callbacks=[grid], logger=False, enable_progress_bar=False)
+        >>> grid in trainer.callbacks
+        True
     """
 
     def __init__(
@@ -130,7 +135,7 @@ class SampleGrid(Callback):
 
     def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse a method whose records get no picture, before the datamodule releases
-        anything (:func:`~lightning_dpot.data.protocols.check_before_release`)."""
+        anything (``check_before_release``)."""
         empty = torch.empty(0, *record_shape(pl_module))  # no records, the method's shape
         self.check_records(type(pl_module).__name__, empty)
 

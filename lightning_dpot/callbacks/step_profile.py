@@ -10,7 +10,7 @@ host waits when it needs a value the device computes:
 * ``aten::lift_fresh``: a tensor built from host data (``torch.tensor([...])``), copied to the
   device from pageable memory, which waits for the copy.
 
-:class:`StepProfile` records, with ``torch.profiler``, every ``aten`` operation of a window of
+``StepProfile`` records, with ``torch.profiler``, every ``aten`` operation of a window of
 training steps (from the first callback's ``on_train_batch_start`` to the last callback's
 ``on_train_batch_end``: the other callbacks' batch hooks, the forward, the backward with its
 hooks and the optimizer step; the data loader's fetch and the transfer of the batch are outside
@@ -24,7 +24,7 @@ tensors and the kernel reads them on the device.
 
 Attach it to a short run (``dpot fit ... --trainer.callbacks+=lightning_dpot.callbacks.
 StepProfile``) to check a method before a long run on a GPU; the summary is printed at the end
-of the fit and kept in :attr:`StepProfile.summary`.
+of the fit and kept in ``StepProfile.summary``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class StepProfile(L.Callback):
         steps: training steps to record (each profiled on its own).
         skip: steps to let pass first (the first steps allocate and initialize state).
 
-    After the window, :attr:`summary` holds ``steps``, ``ops_per_step``, ``host_waits_per_step``,
+    After the window, ``summary`` holds ``steps``, ``ops_per_step``, ``host_waits_per_step``,
     ``host_waits`` (``{"op <- caller <- ...": count}`` over the window) and
     ``optimizer_counter_reads``.
     """

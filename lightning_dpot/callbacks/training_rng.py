@@ -1,11 +1,10 @@
 """The random draws of the training steps as one stream that checkpoints carry.
 
 A generator method draws each step's latents z and labels from torch's global generator
-(:meth:`~lightning_dpot.methods.base.GeneratorModule.sample_latent`, :meth:`~lightning_dpot.
-methods.conditional.ConditionalGeneratorModule.sample_labels`). Lightning does not save that
+(``sample_latent``, ``sample_labels``). Lightning does not save that
 generator in a checkpoint, and a resumed process seeds it afresh (``seed_everything``): its
 steps would draw the first steps' latents again, so the weights would leave those of the
-uninterrupted run. :class:`TrainingRngStream` keeps the state of the global generators that the
+uninterrupted run. ``TrainingRngStream`` keeps the state of the global generators that the
 training steps use (the CPU one and that of the module's CUDA device) apart from the rest of the
 process and saves it in every checkpoint, so a resumed run draws what the uninterrupted run
 would have drawn: with the same public noise and sampling seeds, the same weights, bit for bit.

@@ -13,7 +13,7 @@ first. Nothing is recomputed from private data and no mechanism is called.
 
     def attach_datamodule(self, datamodule) -> None: ...
 
-:func:`load_model` then instantiates the ``data`` section of the same config (constructors read
+``load_model`` then instantiates the ``data`` section of the same config (constructors read
 no records; the datamodule is **not** set up) and calls ``model.attach_datamodule(datamodule)``
 after the checkpoint is loaded. The method must take only public, post-processing state (e.g.
 decoder weights) and must not read or release private records.
@@ -93,8 +93,8 @@ def _run_config_or_none(ckpt: Path) -> Path | None:
 
 
 def _read_yaml(path: str | Path) -> Any:
-    """A config file with its ``__base__`` fragments merged (:func:`~lightning_dpot.config.
-    compose_config`), as ``dpot fit`` reads it; keys an earlier version wrote under another name
+    """A config file with its ``__base__`` fragments merged (``compose_config``), as ``dpot fit``
+    reads it; keys an earlier version wrote under another name
     (a saved run's ``config.yaml``) are read under their new names."""
     from lightning_dpot.config import compose_config
 

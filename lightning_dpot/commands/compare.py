@@ -3,8 +3,8 @@
     dpot compare --config configs/compare/two_d.yaml [--output DIR]
         [--feature-extractor-weights-path weights-inception-2015-12-05-6726825d.pth]
 
-Runs the suite's grid (methods × sources × ε × seeds; :mod:`lightning_dpot.compare.suite`),
-one ``dpot fit`` per cell with one evaluator set (:mod:`lightning_dpot.compare.runner`), and
+Runs the suite's grid (methods × sources × ε × seeds; ``lightning_dpot.compare.suite``),
+one ``dpot fit`` per cell with one evaluator set (``lightning_dpot.compare.runner``), and
 writes to ``DIR`` (default ``runs/compare/<suite name>``):
 
 * ``comparison.json`` — every cell (privacy from its own report, metrics, timings) and the

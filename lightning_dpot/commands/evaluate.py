@@ -5,12 +5,12 @@
         [--classifier-path P] [--data-config YAML]
 
 The model is rebuilt from the run's ``config.yaml`` with
-:func:`lightning_dpot.commands.checkpoint.load_model` (the loader ``dpot sample`` uses; particle
+``lightning_dpot.commands.checkpoint.load_model`` (the loader ``dpot sample`` uses; particle
 flows get their particles and release back from the checkpoint and their decoder through
 ``attach_datamodule``, without any mechanism call), and the
 reference data are the **raw held-out split** of the run's data section (or ``--data-config``),
 read from its ``source`` without privatizing anything. N samples are drawn once through
-:class:`~lightning_dpot.generative.Generative` (labelled when the method is class-conditional)
+``Generative`` (labelled when the method is class-conditional)
 and shared by all metrics.
 The result is printed as JSON on stdout and appended to the list ``"evaluate"`` of the run's
 ``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no-report`` skips). A
@@ -22,7 +22,7 @@ Reference rows use ``--samples`` instead of ``--ckpt`` (``--data-config`` requir
 LDP release the run trains on, mapped back to records; no labels are released) or a tensor file
 (``torch.save`` of ``(N, ...)`` or of a dict with ``x`` and optionally ``y``).
 
-Metrics are the evaluators of :mod:`lightning_dpot.metrics.evaluators` (the objects the
+Metrics are the evaluators of ``lightning_dpot.metrics.evaluators`` (the objects the
 evaluation callbacks use; formulas there): ``fid`` is FID only with
 ``--feature-extractor inception`` (standard InceptionV3 weights); with ``classifier`` it is the
 classifier-feature Fréchet distance, reported under the key ``fd_classifier``, never as FID.
@@ -129,7 +129,7 @@ def evaluate(args: argparse.Namespace) -> dict:
 
 
 def _evaluate(args: argparse.Namespace, selection: MetricSelection, bar: tqdm) -> dict:
-    """:func:`evaluate`, advancing ``bar`` after the sampling and after each metric."""
+    """``evaluate``, advancing ``bar`` after the sampling and after each metric."""
     metrics = list(dict.fromkeys(m.strip() for m in args.metrics.split(",") if m.strip()))
     num_samples = check_positive_int("num_samples", args.num_samples)
     if (args.ckpt is None) == (args.samples is None):

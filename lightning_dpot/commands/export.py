@@ -3,10 +3,10 @@
 The checkpoint is found below ``RUN_DIR`` at any depth (``<run>/checkpoints/`` and the older
 ``<run>/<project>/<id>/checkpoints/`` alike; the newest ``last.ckpt``, else the newest ``*.ckpt``;
 ``--ckpt`` names one), the module is rebuilt from the run's ``config.yaml``
-(:mod:`lightning_dpot.commands.checkpoint`) and written by
-:func:`~lightning_dpot.export.export_generator` with its privacy report and the run's config
+(``lightning_dpot.commands.checkpoint``) and written by
+``export_generator`` with its privacy report and the run's config
 embedded. For a central-DP run the report is that of the releases the checkpoint holds
-(:meth:`~lightning_dpot.callbacks.privacy_reports.AccountantReports.report_of_checkpoint`), not
+(``report_of_checkpoint``), not
 the run's ``report.json``, which another process of the same run may have written before or
 after it. ``dpot fit`` writes the same file, ``generator.pt``, at the end of every run whose
 method can be exported. Loading and sampling need torch only::

@@ -21,7 +21,7 @@ no privacy. No data are read.
 Particle flows (``DPSWFlow``, ``DPSWFlowR``) work too: their particles and cached release come
 back from the checkpoint (``on_load_checkpoint``; no mechanism is called), and a module that
 needs its run's datamodule to sample (the public decoder of a latent flow) gets it through
-``attach_datamodule`` (:mod:`lightning_dpot.commands.checkpoint`). A flow returns its first
+``attach_datamodule`` (``lightning_dpot.commands.checkpoint``). A flow returns its first
 ``N`` particles, decoded; ``N`` may not exceed the number of particles.
 """
 

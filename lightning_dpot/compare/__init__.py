@@ -1,7 +1,7 @@
 """``dpot compare``: DP-OT methods side by side on the same data at equal target privacy.
 
-:mod:`~lightning_dpot.compare.suite` reads a suite file, :mod:`~lightning_dpot.compare.runner`
-runs and evaluates its cells (resumable), :mod:`~lightning_dpot.compare.results` writes the
+``lightning_dpot.compare.suite`` reads a suite file, ``lightning_dpot.compare.runner``
+runs and evaluates its cells (resumable), ``lightning_dpot.compare.results`` writes the
 JSON, the table (grouped by privacy notion) and the plots.
 """
 

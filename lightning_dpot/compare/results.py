@@ -2,7 +2,7 @@
 
 Cells are aggregated over seeds per (source, method, target ε): mean ± sample std of every
 metric and of the reported ε. Rows are grouped by privacy notion and never mixed: a local ε
-and a central ε are different guarantees (see :data:`NOTION_NOTE`).
+and a central ε are different guarantees (see ``NOTION_NOTE``).
 """
 
 from __future__ import annotations

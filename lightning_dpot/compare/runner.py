@@ -2,8 +2,8 @@
 
 A cell trains in-process through the same LightningCLI as ``dpot fit`` (same callbacks,
 accountant and reports) with the suite's overrides, in ``<out>/cells/<method>/<source>/eps<ε>/
-seed<s>/``. It then draws samples through :class:`~lightning_dpot.generative.Generative`,
-scores them with :mod:`lightning_dpot.metrics.evaluators` against the raw held-out split, reads
+seed<s>/``. It then draws samples through ``Generative``,
+scores them with ``lightning_dpot.metrics.evaluators`` against the raw held-out split, reads
 the privacy guarantee from the run's own ``report.json`` and writes ``cell.json`` last
 (atomically): a cell with ``cell.json`` is finished and never redone. An interrupted cell
 resumes from its newest checkpoint (its accountant state and cached release come back with it,
@@ -11,11 +11,11 @@ so the count continues; a cell killed before its first checkpoint starts over). 
 moved since its checkpoint was written (another machine, another path) continues the release
 journal that moved with it: the runner names it to the accountant
 (``PrivacyAccountantCallback(journal_path=...)``), which checks that it is the checkpoint's.
-:func:`train_cell` and :func:`score_cell` are the two halves of :func:`run_cell`, for a caller
+``train_cell`` and ``score_cell`` are the two halves of ``run_cell``, for a caller
 that trains one cell across several processes (``benchmarks/gpu_playbook.py --single-run``).
 
 A cell is tied to what it ran: the fingerprint of its composed config, its overrides, the
-suite's δ, the evaluation settings and the prepare steps (:func:`cell_fingerprint`) is written
+suite's δ, the evaluation settings and the prepare steps (``cell_fingerprint``) is written
 to ``plan.json`` before training and into ``cell.json``. A finished or checkpointed cell whose
 fingerprint differs on a rerun (an edited config or suite) is refused, naming what changed,
 instead of mixing old and new cells in one table or resuming a checkpoint under other settings.
@@ -120,7 +120,7 @@ def check_sample_count(model: Any, n: int) -> None:
 
 
 class _SampleCount(Callback):
-    """:func:`check_sample_count` once the model is set up (a flow's particles exist), before
+    """``check_sample_count`` once the model is set up (a flow's particles exist), before
     the module's own ``on_fit_start`` (DPSWflow's one release) and before any step."""
 
     def __init__(self, n: int) -> None:
@@ -199,7 +199,7 @@ def evaluate_model(
     device: torch.device | str = "cpu",
 ) -> tuple[dict, torch.Tensor]:
     """Score ``model`` against the datamodule's raw held-out split with the suite's evaluator
-    set (:func:`suite_metrics`); returns the metrics and the samples drawn (seeded by the cell's
+    set (``suite_metrics``); returns the metrics and the samples drawn (seeded by the cell's
     seed). ``device`` runs the evaluators' networks (the Fréchet features, the MLP and CNN)."""
     selection = suite_metrics(settings)
     reference, labels = held_out_split(datamodule)
@@ -304,7 +304,7 @@ def _moved_journal(checkpoint: Path, cell_dir: Path) -> Path | None:
 
 @dataclass
 class TrainedCell:
-    """A cell's run after :func:`train_cell`: its LightningCLI (``model``, ``datamodule``,
+    """A cell's run after ``train_cell``: its LightningCLI (``model``, ``datamodule``,
     ``trainer``), folder, fitting time, the checkpoint it resumed from and its fingerprint."""
 
     cli: Any
@@ -324,7 +324,7 @@ def train_cell(
 ) -> TrainedCell:
     """Train one cell, or resume it from its newest checkpoint, without scoring it.
 
-    ``fingerprint`` (default :func:`cell_fingerprint`) is what a checkpoint of the cell is
+    ``fingerprint`` (default ``cell_fingerprint``) is what a checkpoint of the cell is
     checked against and ``plan.json`` holds; ``args`` are further ``dpot fit`` arguments outside
     it (how often to checkpoint, say); ``callbacks`` join the trainer."""
     from lightning_dpot.callbacks import PrivacyAccountantCallback

@@ -22,7 +22,7 @@ A suite file (``configs/compare/<suite>.yaml``) reads::
     evaluation: {num_samples: 2000, w2: {subsample: 200, repeats: 10}, manifold: true}
     published: [...]            # optional: numbers from the papers, shown beside the suite's
     differences: [...]          # optional: [aspect, the papers, this suite] rows
-                                # (:mod:`lightning_dpot.compare.published`)
+                                # (``lightning_dpot.compare.published``)
 
 A ``set`` value that is exactly ``"{epsilon}"``, ``"{delta}"``, ``"{source}"`` or ``"{seed}"``
 is replaced by that value (a number, or the source's mapping); other strings are formatted with
@@ -330,7 +330,7 @@ def with_inception_weights(suite: Suite, weights_path: str | Path) -> Suite:
     """``suite`` with its Fréchet distance measured as FID on InceptionV3 features from the
     local weights file ``weights_path`` (torch-fidelity's
     ``weights-inception-2015-12-05-6726825d.pth``; check it first with
-    :func:`check_inception_weights`), so that its rows sit beside published FIDs. Every other
+    ``check_inception_weights``), so that its rows sit beside published FIDs. Every other
     evaluation setting is kept; a cell's fingerprint holds the file's digest, not its path.
 
     Raises:

@@ -1,23 +1,23 @@
 r"""Raw private records for central-DP training by gradient sanitization (DP-Sinkhorn).
 
-:class:`CentralDPDataModule` loads a :class:`~lightning_dpot.data.sources.DataSource` (records
-and labels, unmodified) and serves them through :func:`~lightning_dpot.data.poisson.
-poisson_dataloader`: at each step every record of this rank's shard is included independently
+``CentralDPDataModule`` loads a ``DataSource`` (records
+and labels, unmodified) and serves them through ``poisson_dataloader``: at each step every record of
+this rank's shard is included independently
 with probability q (Cao et al. 2021, App. C, Algorithm 2), ``steps_per_epoch`` is fixed in
 advance (default ``round(1/q)``, one expected pass), and an empty batch is a step like any other.
 
 Privacy contract. The raw records may only be consumed by a module whose every use of them is
 sanitized (a clipped, noised gradient) by a release object that emits the matching events to
-:class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback`
-(:mod:`lightning_dpot.privacy.contract`). This module
+``PrivacyAccountantCallback``
+(``lightning_dpot.privacy.contract``). This module
 never privatizes anything itself, and it has no ``privacy_report()``: the guarantee comes from
 the accountant. The held-out test split (where the source has one) is for evaluation only:
 used without noise, it is entered in the privacy ledger as a public use when the accountant
-opens the run's entry (:mod:`lightning_dpot.data.ledger_public`).
+opens the run's entry (``lightning_dpot.data.ledger_public``).
 
-Validation. :meth:`CentralDPDataModule.setup` refuses non-finite records, records outside the
+Validation. ``CentralDPDataModule.setup`` refuses non-finite records, records outside the
 source's declared ``[low, high]`` and labels outside ``[0, num_classes)`` in both splits
-(:func:`~lightning_dpot.data.sources.check_source_splits`) before keeping them: one NaN or huge
+(``check_source_splits``) before keeping them: one NaN or huge
 record in a batch would make the sanitized gradient differ from any neighbour's in a way the
 noise does not hide.
 
@@ -26,12 +26,12 @@ from which q = b / N with N the number of training records (the usual practice, 
 it treats N as public). Under DDP every rank Poisson-samples its own fixed shard
 ``rank::world_size`` with the same q (parallel composition, accounting unchanged); the loader's
 sampler is a ``DistributedSampler``, so Lightning keeps it with its default
-``use_distributed_sampler=True`` (:mod:`lightning_dpot.data.poisson`).
+``use_distributed_sampler=True`` (``lightning_dpot.data.poisson``).
 
 Feeding the batches. Each step's batch is fetched by one gather per tensor
-(:class:`~lightning_dpot.data.tensor_batches.TensorBatches`), bit for bit the rows the records
+(``TensorBatches``), bit for bit the rows the records
 indexed one by one and stacked would give. With ``device_resident=True`` the training tensors are
-copied to the trainer's device once, at :meth:`~CentralDPDataModule.setup` (under DDP only this
+copied to the trainer's device once, at ``setup`` (under DDP only this
 rank's shard), and a step sends only its index: an ``int64`` tensor copied from pinned memory
 without blocking where the device is CUDA, then gathered there. The Poisson masks stay drawn on
 the host, from the sampler's per-step generators: the host must know the batch size |B| to launch
@@ -77,7 +77,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
             ``expected_batch_size``.
         expected_batch_size: b > 0; q = b / N (module docstring).
         steps_per_epoch: training steps per epoch, fixed; default ``max(1, round(1/q))``.
-        seed: seed of the Poisson inclusion masks (:mod:`lightning_dpot.data.poisson`). Like the
+        seed: seed of the Poisson inclusion masks (``lightning_dpot.data.poisson``). Like the
             noise, the masks must not be known to an adversary for the amplification by
             subsampling to hold, so ``None`` (default) draws a secret seed from the OS entropy
             pool for every loader (each rank samples its own shard, so ranks need not agree; a
@@ -86,11 +86,11 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         num_workers: DataLoader workers; must be 0 with ``device_resident``.
         device_resident: keep the training records and labels on the trainer's device
             (``trainer.strategy.root_device``; under DDP only this rank's shard), copied once at
-            :meth:`setup`, and gather each batch there (module docstring). Without a trainer
+            ``setup``, and gather each batch there (module docstring). Without a trainer
             they stay on the host. Default ``False``: batches are gathered on the host and the
             trainer copies them.
         privacy_budget: total ε the raw records may spend over every release ever made from
-            them (:mod:`lightning_dpot.data.ledger`); a run whose target would pass it is
+            them (``lightning_dpot.data.ledger``); a run whose target would pass it is
             refused when the privacy accountant opens its ledger entry.
         exceed_privacy_budget: run even if the total passes ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
@@ -106,17 +106,19 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
             ``steps_per_epoch`` or ``privacy_budget`` not > 0, a negative ``seed`` or
             ``num_workers``, ``num_workers`` > 0 with ``device_resident``, ``public_reuse`` not
             ``"refuse"`` or ``"allow"``. At
-            :meth:`setup`: non-finite or out-of-bounds records or bad labels; at
-            :meth:`train_dataloader`: ``expected_batch_size`` > N.
+            ``setup``: non-finite or out-of-bounds records or bad labels; at
+            ``train_dataloader``: ``expected_batch_size`` > N.
 
     Example::
 
-        from lightning_dpot.data import CentralDPDataModule, Digits
-
-        dm = CentralDPDataModule(Digits(), expected_batch_size=64)
-        dm.setup("fit")
-        dm.sample_rate, dm.steps_per_epoch  # q = 64 / N, round(1 / q) steps per epoch
-        records, labels = next(iter(dm.train_dataloader()))  # one Poisson-sampled batch
+        >>> from lightning_dpot.data import CentralDPDataModule, Digits
+        >>> dm = CentralDPDataModule(Digits(), expected_batch_size=64)
+        >>> dm.setup("fit")
+        >>> round(dm.sample_rate * dm.num_private, 6), dm.steps_per_epoch  # q·N, round(1 / q)
+        (64.0, ...)
+        >>> records, labels = next(iter(dm.train_dataloader()))  # one Poisson-sampled batch
+        >>> records.shape[1:], len(records) == len(labels)  # scikit-learn's 8×8 digits
+        (torch.Size([1, 8, 8]), True)
     """
 
     def __init__(
@@ -200,7 +202,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
 
     @property
     def sample_rate(self) -> float:
-        """q: given, or ``expected_batch_size / N`` (needs :meth:`setup`)."""
+        """q: given, or ``expected_batch_size / N`` (needs ``setup``)."""
         if self._sample_rate is not None:
             return self._sample_rate
         assert self.expected_batch_size is not None
@@ -269,7 +271,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Fingerprint of the private set (:mod:`lightning_dpot.data.fingerprint`): its size and
+        """Fingerprint of the private set (``lightning_dpot.data.fingerprint``): its size and
         record shape, never a hash of the records."""
         if self.train_records is None:
             return {}

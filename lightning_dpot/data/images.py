@@ -10,27 +10,27 @@ declares ``low = −1``, ``high = 1``. With d = C·H·W pixels the declared box 
 e.g. 28×28 MNIST: Δ1 = 1568, Δ2 = 56 (Reshetova et al. 2024, §IV-B). Zero-padding to a larger canvas
 (Sebag et al. 2023 pad MNIST to 32×32) fills the border with the constant −1, identical in every
 record, so the border adds nothing to ‖x − x'‖ and
-:meth:`~lightning_dpot.data.sources.DataSource.diameter` keeps the 28×28 value (a public, tighter
+``diameter`` keeps the 28×28 value (a public, tighter
 bound; the box bound 2·32² would also be valid but loose).
 
 Labels are carried along (int64 class indices) for conditional methods and utility metrics.
 
 Record identities (``DataSplits.train_ids``, for the privacy ledger): a digest of each record's
-raw stored form, the 28×28 uint8 pixels of an IDX file (:data:`IDX_PIXELS`) or the bytes of an
-image file (:data:`IMAGE_FILES`). Padding, resizing, cropping, scaling, the split, ``limit`` and
+raw stored form, the 28×28 uint8 pixels of an IDX file (``IDX_PIXELS``) or the bytes of an
+image file (``IMAGE_FILES``). Padding, resizing, cropping, scaling, the split, ``limit`` and
 the file's location change neither.
 
 Sources:
 
-- :class:`MNIST`, :class:`FashionMNIST`: through ``torchvision.datasets`` with a local ``root``
+- ``MNIST``, ``FashionMNIST``: through ``torchvision.datasets`` with a local ``root``
   (``download`` optional, never required), or straight from the official IDX ``.gz`` files in a
   folder (``idx_dir``), e.g. the shipped MNIST test split or the Debian package
   ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). ``split="test-only"``
   loads only the ``t10k`` files and makes a seeded train/test split of them.
-- :class:`CelebA`: ``torchvision.datasets.CelebA`` from a local root, center crop and resize,
+- ``CelebA``: ``torchvision.datasets.CelebA`` from a local root, center crop and resize,
   an optional binary attribute (default ``Male``, the gender label of Cao et al. 2021, §5.3) as
   label.
-- :class:`ImageFolder`: user images in ``root/<class>/<image>``, labels from the folder names.
+- ``ImageFolder``: user images in ``root/<class>/<image>``, labels from the folder names.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def _check_test_size(test_size: int | float) -> int | float:
 
 def split_indices(n: int, test_size: int | float, split_seed: int) -> tuple[Tensor, Tensor]:
     """Seeded, disjoint train/test indices of ``range(n)``; ``test_size`` is a count (int) or a
-    fraction (float). Same permutation as :func:`~lightning_dpot.data.sources.seeded_split`."""
+    fraction (float). Same permutation as ``seeded_split``."""
     test_size = _check_test_size(test_size)
     n_test = test_size if isinstance(test_size, int) else int(round(n * test_size))
     if n_test >= n:
@@ -144,7 +144,7 @@ def split_indices(n: int, test_size: int | float, split_seed: int) -> tuple[Tens
 
 
 def file_ids(paths: list[str | Path]) -> Tensor:
-    """Record identities of image files: digests of their bytes (:func:`digest_ids`)."""
+    """Record identities of image files: digests of their bytes (``digest_ids``)."""
     return digest_ids(Path(path).read_bytes() for path in paths)
 
 
@@ -274,9 +274,9 @@ class _IDXImages(DataSource):
 
     def load(self) -> DataSplits:
         """``split="official"``: the official train and test files. ``split="test-only"``: only
-        the ``t10k`` files, split with :func:`split_indices` (``test_size``, ``split_seed``).
+        the ``t10k`` files, split with ``split_indices`` (``test_size``, ``split_seed``).
         ``limit`` keeps the first ``limit`` records of each split (after the seeded split).
-        ``train_ids`` digest each training image's raw pixels (:data:`IDX_PIXELS`)."""
+        ``train_ids`` digest each training image's raw pixels (``IDX_PIXELS``)."""
         if self.split == "official":
             x_train, y_train = self._read_split("train")
             x_test, y_test = self._read_split("test")
@@ -322,9 +322,9 @@ class FashionMNIST(_IDXImages):
     """Fashion-MNIST clothing images (Xiao et al. 2017; MIT), 28×28, 10 classes, pixels in
     [−1, 1] (Reshetova et al. 2024, §IV-F, IV-G).
 
-    Same arguments as :class:`MNIST`; torchvision reads ``root/FashionMNIST/raw``. The Debian
+    Same arguments as ``MNIST``; torchvision reads ``root/FashionMNIST/raw``. The Debian
     package ``dataset-fashion-mnist`` installs the four official ``.gz`` files in
-    :attr:`DEBIAN_IDX_DIR`, readable directly with ``idx_dir=FashionMNIST.DEBIAN_IDX_DIR``.
+    ``DEBIAN_IDX_DIR``, readable directly with ``idx_dir=FashionMNIST.DEBIAN_IDX_DIR``.
     """
 
     DEBIAN_IDX_DIR = "/usr/share/datasets/fashion-mnist"
@@ -465,7 +465,7 @@ class CelebA(DataSource):
 
     def load(self) -> DataSplits:
         """The official train and test partitions; ``train_ids`` digest each training image's
-        file (:data:`IMAGE_FILES`)."""
+        file (``IMAGE_FILES``)."""
         x_train, y_train, files = self._split("train")
         x_test, y_test, _ = self._split("test")
         return DataSplits(x_train, y_train, x_test, y_test, file_ids(files), IMAGE_FILES)

@@ -1,34 +1,34 @@
 """DataModules of the two stages of the DP sliced-Wasserstein flow (Sebag et al. 2023, §5 and
 App. C).
 
-* :class:`PublicSplitDataModule` (stage 1) serves the **public** part of a seeded public/private
-  split (:mod:`lightning_dpot.data.split`) to train the autoencoder; the split is written to
+* ``PublicSplitDataModule`` (stage 1) serves the **public** part of a seeded public/private
+  split (``lightning_dpot.data.split``) to train the autoencoder; the split is written to
   ``split_file`` (if given) and into the autoencoder's checkpoint. The public part is used
-  without noise: :meth:`~PublicSplitDataModule.setup` enters it in the privacy ledger as a
+  without noise: ``setup`` enters it in the privacy ledger as a
   public use (with the held-out split, in a fit), and refuses records the ledger holds as
-  privately released (:mod:`lightning_dpot.data.ledger_public`, ``public_reuse``).
-* :class:`PrivateLatentDataModule` (stage 2) recomputes the split from its own source and seed,
+  privately released (``lightning_dpot.data.ledger_public``, ``public_reuse``).
+* ``PrivateLatentDataModule`` (stage 2) recomputes the split from its own source and seed,
   **refuses** to start if it differs from the one stage 1 saved, encodes the **private** part with
   the frozen public autoencoder into ℓ2-normalized latents (``‖z‖₂ = 1``; the sensitivity bound
-  of :mod:`lightning_dpot.methods.dpsw.sensitivity` rests on it) and serves them:
+  of ``lightning_dpot.methods.dpsw.sensitivity`` rests on it) and serves them:
 
   - ``sample_rate=None``: the module reads the whole private set once
-    (:meth:`PrivateLatentDataModule.private_records`, DPSWflow); the loader only yields step
+    (``PrivateLatentDataModule.private_records``, DPSWflow); the loader only yields step
     numbers (``steps_per_epoch`` of them) to drive the training loop;
   - ``sample_rate=q``: a Poisson-sampled batch of latents per step
-    (:mod:`lightning_dpot.data.poisson`), ``steps_per_epoch`` defaulting to ``round(1/q)``;
+    (``lightning_dpot.data.poisson``), ``steps_per_epoch`` defaulting to ``round(1/q)``;
   - ``batch_size=b``: fixed-size batches of exactly ``b`` of the ``n`` private records drawn
     uniformly **without replacement**, independently at every step (DPSWflow-r, DPSWgen). The
-    draw of step ``k`` is :meth:`PrivateLatentDataModule.without_replacement_indices`, a
+    draw of step ``k`` is ``PrivateLatentDataModule.without_replacement_indices``, a
     function of ``(seed, k)`` only (never of the data), so it is identical on every DDP rank.
     The module draws it itself at its ``global_step`` (the loader then only yields step
     numbers); ``steps_per_epoch`` defaults to ``max(1, round(n/b))``. This is the sampling of
     the replace-one accounting of
-    :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.subsampled_gaussian_epsilon` (Wang,
+    ``subsampled_gaussian_epsilon`` (Wang,
     Balle, Kasiviswanathan 2019): a fixed batch size makes the number of released rows public.
 
   The amplification by subsampling assumes the drawn subsets stay hidden, so by default
-  (``seed=None``) the sampling seed is drawn from the OS entropy pool at :meth:`setup` (on rank 0
+  (``seed=None``) the sampling seed is drawn from the OS entropy pool at ``setup`` (on rank 0
   and broadcast, so every rank draws the same subsets) and never recorded; a resumed run draws a
   fresh one, which keeps every step's subset uniform and independent of the others. An explicit
   ``seed`` makes the subsets reproducible and public (reports say ``subset_seed_is_public``):
@@ -40,9 +40,9 @@ App. C).
   onto it (a per-record map that does not look at other records, so it costs no privacy).
 
 Both modules' ``setup`` refuses records that are non-finite or outside the source's declared
-``[low, high]`` (:func:`~lightning_dpot.data.sources.check_source_splits`) before any encoding;
+``[low, high]`` (``check_source_splits``) before any encoding;
 stage 2 then refuses latents that are non-finite or have ``‖z‖₂ > 1``
-(:func:`~lightning_dpot.checks.check_unit_ball`): the normalization guarantees the
+(``check_unit_ball``): the normalization guarantees the
 bound, but a NaN or Inf from the encoder survives it. Each error names how many records fail
 and the first one's index, never a value computed from them.
 """
@@ -126,15 +126,15 @@ class PublicSplitDataModule(L.LightningDataModule):
         batch_size, num_workers: of the shuffled public loader.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
-        public_reuse: ``"refuse"`` (default): :meth:`setup` refuses a public split (or, in a
+        public_reuse: ``"refuse"`` (default): ``setup`` refuses a public split (or, in a
             fit, a held-out split) of which the ledger holds a record as privately released:
             training on it without noise would void that release's guarantee. ``"allow"``
             uses them anyway, and the ledger says so.
 
     Raises:
         ValueError: ``batch_size`` < 1, ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
-            :meth:`setup`: invalid records, a split that differs from ``split_file``.
-        PublicReuseError: at :meth:`setup`, records the ledger holds as privately released,
+            ``setup``: invalid records, a split that differs from ``split_file``.
+        PublicReuseError: at ``setup``, records the ledger holds as privately released,
             with ``public_reuse="refuse"``.
     """
 
@@ -224,7 +224,7 @@ class PublicSplitDataModule(L.LightningDataModule):
 def load_autoencoder_checkpoint(
     autoencoder: nn.Module, checkpoint_path: str | Path
 ) -> PublicPrivateSplit:
-    """Load the weights saved by :class:`~lightning_dpot.methods.autoencoder.AutoencoderModule`
+    """Load the weights saved by ``AutoencoderModule``
     (``state_dict`` keys ``autoencoder.*``) into ``autoencoder`` and return the split it saved."""
     path = Path(checkpoint_path)
     if not path.is_file():
@@ -268,7 +268,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         seed: seed of the Poisson masks and of the without-replacement draws; ``None``
             (default) = secret, from the OS entropy pool (module docstring).
         privacy_budget: total ε the private records may spend over every release ever made
-            from them (:mod:`lightning_dpot.data.ledger`); a run whose target would pass it is
+            from them (``lightning_dpot.data.ledger``); a run whose target would pass it is
             refused when the privacy accountant opens its ledger entry.
         exceed_privacy_budget: run even if the total passes ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
@@ -285,20 +285,22 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
             ``sample_rate`` outside (0, 1], ``batch_size``, ``steps_per_epoch`` or
             ``encode_batch_size`` < 1, a negative ``seed``, ``privacy_budget`` not > 0,
             ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
-            :meth:`setup`: invalid records, a checkpoint without a split, or latents outside
+            ``setup``: invalid records, a checkpoint without a split, or latents outside
             the unit ball.
-        SplitMismatchError: at :meth:`setup`, a split that differs from stage 1's (a
+        SplitMismatchError: at ``setup``, a split that differs from stage 1's (a
             ``ValueError``).
-        FileNotFoundError: at :meth:`setup`, a missing ``autoencoder_checkpoint``.
+        FileNotFoundError: at ``setup``, a missing ``autoencoder_checkpoint``.
 
     Example::
 
-        from lightning_dpot.data import HalfCircle, PrivateLatentDataModule
-
-        dm = PrivateLatentDataModule(HalfCircle(n=10_000), normalize="ball", batch_size=256)
-        dm.setup("fit")
-        z = dm.private_records()  # (n, 2), every row in the unit ball
-        rows = dm.without_replacement_indices(step=0)  # the 256 records of step 0
+        >>> from lightning_dpot.data import HalfCircle, PrivateLatentDataModule
+        >>> dm = PrivateLatentDataModule(HalfCircle(n=10_000), normalize="ball", batch_size=256)
+        >>> dm.setup("fit")
+        >>> z = dm.private_records()  # every row in the unit ball
+        >>> z.shape[1], bool((z.norm(dim=1) <= 1 + 1e-6).all())
+        (2, True)
+        >>> len(dm.without_replacement_indices(step=0))  # the records of step 0
+        256
     """
 
     def __init__(
@@ -387,7 +389,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
     @property
     def steps_per_epoch(self) -> int:
         """Training steps per epoch (with ``batch_size`` and no explicit value: ``round(n/b)``,
-        known after :meth:`setup`)."""
+        known after ``setup``)."""
         if self._steps_per_epoch is None:
             assert self.batch_size is not None
             self._steps_per_epoch = max(1, round(self.num_private / self.batch_size))
@@ -503,7 +505,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Fingerprint (:mod:`lightning_dpot.data.fingerprint`): the split's hash, the number of
+        """Fingerprint (``lightning_dpot.data.fingerprint``): the split's hash, the number of
         private records and the latent dimension; never a hash of private records."""
         if self.latents is None:
             return {}

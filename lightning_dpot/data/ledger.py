@@ -15,14 +15,14 @@ that gap. It lives in one directory per user (``DPOT_LEDGER_DIR``, default
   settlement leaves the opening ε counted: the ledger can over-count, never under-count. A
   *public use* line (``"use": "public"``, ``"epsilon": null``: no guarantee) enters records a
   data module hands to the process without noise, saying which and why
-  (:mod:`~lightning_dpot.data.ledger_public`);
+  (``lightning_dpot.data.ledger_public``);
 * ``records/<entry>-<keying>.npy``: the entry's per-record keys, sorted uint64.
 
 Keys. Each record has up to two keys, keyed digests (BLAKE2b-64 under the secret key; without
 the key they say nothing about the records):
 
 * ``id``, of ``(id_namespace, train_ids)`` where the source declares record identities
-  (:class:`~lightning_dpot.data.sources.DataSplits`): the built-in image sources digest each
+  (``DataSplits``): the built-in image sources digest each
   record's raw stored form (IDX pixels, image file bytes), so image size, padding, cropping,
   scaling, split, order, subset, file location and cache directory leave it unchanged;
 * ``bytes``, of the record's float32 bytes after the source's preprocessing, always.
@@ -45,9 +45,9 @@ release of records used without noise, or a use without noise of privately relea
 is refused before anything is released unless the data module says ``public_reuse="allow"``.
 Lines written before public uses existed read as releases, as they were written.
 
-The file itself is :class:`~lightning_dpot.data.ledger_file.PrivacyLedger`, the record keys
-:mod:`~lightning_dpot.data.ledger_keys`; this module adds what a central-DP data module needs
-(:class:`CentralRunLedger`).
+The file itself is ``PrivacyLedger``, the record keys
+``lightning_dpot.data.ledger_keys``; this module adds what a central-DP data module needs
+(``CentralRunLedger``).
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ class CentralRunLedger:
     run may spend at most, and settles it with what the run spent. With the entry it enters the
     held-out split the module has loaded (evaluation reads it raw) as a public use.
 
-    The module has ``source`` and ``test_records``, calls :meth:`init_ledger` in its
-    constructor and implements :meth:`private_record_keys` and :meth:`private_record_part`.
+    The module has ``source`` and ``test_records``, calls ``init_ledger`` in its
+    constructor and implements ``private_record_keys`` and ``private_record_part``.
     """
 
     ledger: PrivacyLedger
@@ -131,7 +131,7 @@ class CentralRunLedger:
 
     def private_record_part(self) -> dict:
         """Where those records lie in ``source``
-        (:func:`~lightning_dpot.data.ledger_public.source_part`)."""
+        (``source_part``)."""
         raise NotImplementedError
 
     def _held_out_uses(self) -> list[PublicUse]:
@@ -155,7 +155,7 @@ class CentralRunLedger:
         private records and its held-out split, enter the held-out split as a public use and
         append an entry at (``epsilon``, ``delta``), the most the run may spend (its target or
         planned ε), with the JSON-serializable ``facts``. Call before the first release, on
-        global rank 0 only. Returns the entry id for :meth:`ledger_settle`.
+        global rank 0 only. Returns the entry id for ``ledger_settle``.
 
         Raises:
             PrivacyBudgetError: a record's total ε would pass ``privacy_budget`` and
@@ -182,15 +182,15 @@ class CentralRunLedger:
 
     def ledger_holds(self, entry_id: str) -> bool:
         """Whether ``entry_id`` is this ledger's entry for exactly this run's private records
-        (:meth:`PrivacyLedger.holds`)."""
+        (``PrivacyLedger.holds``)."""
         return self.ledger.holds(entry_id, self._ledger_keys())
 
     def ledger_reopen(self, entry_id: str, epsilon: float, delta: float | None) -> None:
         """Set a resumed run's entry back to the most it may spend, checking ``privacy_budget``
-        and ``public_reuse`` as :meth:`ledger_open` does (:meth:`PrivacyLedger.reopen`).
+        and ``public_reuse`` as ``ledger_open`` does (``PrivacyLedger.reopen``).
 
         Raises:
-            PrivacyBudgetError, PublicReuseError: as :meth:`ledger_open`.
+            PrivacyBudgetError, PublicReuseError: as ``ledger_open``.
         """
         self.ledger.reopen(
             entry_id,
@@ -206,7 +206,7 @@ class CentralRunLedger:
 
     def ledger_settle(self, entry_id: str, epsilon: float, delta: float | None) -> None:
         """Record the (ε, δ) the run actually spent for the entry ``entry_id`` of
-        :meth:`ledger_open` (:meth:`PrivacyLedger.settle`)."""
+        ``ledger_open`` (``PrivacyLedger.settle``)."""
         self.ledger.settle(entry_id, epsilon, delta)
 
     def ledger_total(self) -> LedgerTotal:

@@ -1,6 +1,6 @@
-"""The privacy ledger's directory and file (:class:`PrivacyLedger`): entries appended under a
+"""The privacy ledger's directory and file (``PrivacyLedger``): entries appended under a
 file lock, totals and checks read from them. What it records and why:
-:mod:`lightning_dpot.data.ledger`."""
+``lightning_dpot.data.ledger``."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class PrivacyLedger:
         self, records: Tensor, ids: Tensor | None = None, id_namespace: str | None = None
     ) -> RecordKeys:
         """Keys of the rows of ``records`` and, where given, of their identities ``ids``
-        (int64, one per row) within ``id_namespace`` (:func:`keyed_record_keys`)."""
+        (int64, one per row) within ``id_namespace`` (``keyed_record_keys``)."""
         return keyed_record_keys(secret_key(self.directory), records, ids, id_namespace)
 
     def training_keys(self, splits: DataSplits, index: Tensor | None = None) -> RecordKeys:
@@ -166,7 +166,7 @@ class PrivacyLedger:
     def check_reuse(
         self, keys: RecordKeys, partition: dict | None, public: bool, what: str
     ) -> None:
-        """Raise :class:`PublicReuseError` if a record of ``keys`` (lying at ``partition`` of
+        """Raise ``PublicReuseError`` if a record of ``keys`` (lying at ``partition`` of
         its source) is held by an entry of the other kind: a private release where ``public``
         (the records are to be used without noise), else a public use. Entries of a part of the
         same source disjoint from ``partition`` are left out."""
@@ -205,7 +205,7 @@ class PrivacyLedger:
 
     def record_public(self, uses: Sequence[PublicUse], reuse: PublicReuse = "refuse") -> None:
         """Enter ``uses``, records handed to the process without noise, under the ledger lock:
-        refused (:class:`PublicReuseError`) if the ledger holds some of their records as
+        refused (``PublicReuseError``) if the ledger holds some of their records as
         privately released, unless ``reuse`` is ``"allow"``; a use whose records are all held
         as public already adds no line."""
         with self.locked():
@@ -230,7 +230,7 @@ class PrivacyLedger:
         exclude: str | None = None,
     ) -> LedgerTotal:
         """The worst record's total after a new (ε, δ) release of the records of ``keys`` (in
-        place of the entry ``exclude``, if given); raises :class:`PrivacyBudgetError` (ending
+        place of the entry ``exclude``, if given); raises ``PrivacyBudgetError`` (ending
         with ``remedy``) if its ε passes ``budget`` and ``exceed`` is False."""
         before = self.total(keys, exclude)
         after = LedgerTotal(
@@ -257,11 +257,11 @@ class PrivacyLedger:
         reuse: PublicReuse = "refuse",
         uses: Sequence[PublicUse] = (),
     ) -> str:
-        """Check the budget (:meth:`check_budget`) and the public uses (:meth:`check_reuse`;
+        """Check the budget (``check_budget``) and the public uses (``check_reuse``;
         ``facts["partition"]`` places the records in their source), then append the public
         ``uses`` that go with the release and one release of the records of ``keys`` at (ε, δ)
         with the JSON-serializable ``facts``, under the ledger lock and before the release's
-        noise is drawn. Returns the entry's id (for :meth:`settle`).
+        noise is drawn. Returns the entry's id (for ``settle``).
 
         Stored per record: the sorted unique keys, never the records."""
         epsilon, delta = check_epsilon("epsilon", epsilon), _check_ledger_delta(delta)
@@ -320,9 +320,9 @@ class PrivacyLedger:
         uses: Sequence[PublicUse] = (),
     ) -> None:
         """Set the entry ``entry_id`` of the records of ``keys`` (a run being resumed,
-        :meth:`holds`) back to the most it may spend, (ε, δ), after checking the budget as for
+        ``holds``) back to the most it may spend, (ε, δ), after checking the budget as for
         a new release in its place (an earlier settlement counted only the releases made
-        before it) and the public uses as :meth:`record` does, whose ``uses`` it enters."""
+        before it) and the public uses as ``record`` does, whose ``uses`` it enters."""
         epsilon, delta = check_epsilon("epsilon", epsilon), _check_ledger_delta(delta)
         with self.locked():
             entry = self._entry(entry_id)

@@ -1,4 +1,4 @@
-"""Per-record keys of the privacy ledger (:mod:`lightning_dpot.data.ledger`): keyed digests
+"""Per-record keys of the privacy ledger (``lightning_dpot.data.ledger``): keyed digests
 (BLAKE2b-64 under the ledger's secret key) of each record's float32 bytes and, where the source
 declares them, of its identity. Without the key they say nothing about the records."""
 

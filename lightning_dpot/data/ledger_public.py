@@ -1,4 +1,4 @@
-"""Public uses in the privacy ledger (:mod:`lightning_dpot.data.ledger`): records a data module
+"""Public uses in the privacy ledger (``lightning_dpot.data.ledger``): records a data module
 hands to the process without noise.
 
 The public split of a DPSW data module (the autoencoder trains on it, Sebag et al. 2023) and,
@@ -85,7 +85,7 @@ def disjoint_parts(a: dict | None, b: dict | None) -> bool:
 @dataclass(frozen=True)
 class PublicUse:
     """Records handed to the process without noise: which, why, by which data module, and
-    where they lie in their source (:func:`source_part`)."""
+    where they lie in their source (``source_part``)."""
 
     keys: RecordKeys
     which: str
@@ -112,9 +112,8 @@ def held_out_use(
     data_module: str,
 ) -> PublicUse | None:
     """The public use of the held-out split ``records`` of ``source`` (None without one, or
-    for a generated source: :attr:`~lightning_dpot.data.sources.DataSource.generated`),
-    keyed by ``record_keys`` (the ledger's :meth:`~lightning_dpot.data.ledger_file.
-    PrivacyLedger.record_keys`)."""
+    for a generated source: ``generated``),
+    keyed by ``record_keys`` (the ledger's ``record_keys``)."""
     if records is None or len(records) == 0 or getattr(source, "generated", False):
         return None
     which = f"the held-out split of {type(source).__name__}"
@@ -160,7 +159,7 @@ RAW_TRAIN_WHY = "read without noise by `dpot evaluate --samples raw-train` (a re
 def enter_evaluation_use(datamodule: object, records: Tensor, which: str) -> None:
     """Enter the records ``dpot evaluate`` reads without noise as a public use of the
     datamodule's ledger: ``which`` is ``"test"`` (its held-out split) or ``"train"`` (its raw
-    training split, a reference row). Refused (:class:`PublicReuseError`) where the ledger holds
+    training split, a reference row). Refused (``PublicReuseError``) where the ledger holds
     them as privately released, unless the datamodule says ``public_reuse="allow"``. A
     datamodule without a ledger or a source (one read from a release file) enters nothing."""
     ledger, source = getattr(datamodule, "ledger", None), getattr(datamodule, "source", None)

@@ -50,7 +50,7 @@ def project_to_polyline(
 
 
 def distance_to_polyline(points: Tensor, vertices: Tensor, chunk: int = 4096) -> Tensor:
-    """Distance from each of ``points`` (n, 2) to the polyline (:func:`project_to_polyline`)."""
+    """Distance from each of ``points`` (n, 2) to the polyline (``project_to_polyline``)."""
     return project_to_polyline(points, vertices, chunk)[0]
 
 
@@ -104,7 +104,7 @@ class CurveSource(DataSource):
         return distance_to_polyline(points.reshape(-1, 2).double(), self.polyline()).float()
 
     def coverage(self, points: Tensor, near: float = 0.25, bins: int = 18) -> float:
-        """:func:`arc_coverage` of the points within ``near`` of the curve."""
+        """``arc_coverage`` of the points within ``near`` of the curve."""
         dist, pos = project_to_polyline(points.reshape(-1, 2).double(), self.polyline())
         return arc_coverage(pos[dist <= near], bins)
 

@@ -5,7 +5,7 @@ probability ``sample_rate`` q: the batch size is Binomial(N, q), and an empty ba
 possible, legitimate outcome that still counts as a step (the module still adds its noise and
 steps). The number of steps per epoch is fixed in advance (default ``round(1/q)``, one expected
 pass) and never depends on the data. This is exactly the subsampling of
-:mod:`lightning_dpot.privacy.accounting.analysis.rdp_poisson` (Abadi et al. 2016; Mironov, Talwar,
+``lightning_dpot.privacy.accounting.analysis.rdp_poisson`` (Abadi et al. 2016; Mironov, Talwar,
 Zhang 2019): a fixed-size batch, shuffling, or ``drop_last`` would need a different analysis.
 
 Privacy implications
@@ -19,7 +19,7 @@ Privacy implications
   The mask of step ``s`` of epoch ``e`` on rank ``r`` comes from its own generator seeded by
   ``(seed, e, r, s)``, so it is reproducible and can be drawn in any order, and the sampler
   keeps its position: a mask is never drawn twice in one process, an abandoned epoch resumes
-  where it stopped, and :class:`PoissonDataLoader` saves the position of the last *consumed*
+  where it stopped, and ``PoissonDataLoader`` saves the position of the last *consumed*
   batch in Lightning checkpoints so that a resumed run continues with the next mask instead of
   replaying the epoch's first masks (a replayed mask would correlate two releases and void the
   composition bound). Epochs advance automatically after a full pass (and by ``set_epoch``,
@@ -69,9 +69,9 @@ class PoissonBatchSampler(DistributedSampler[list[int]]):
             initialised when iteration starts, else ``0`` and ``1``.
 
     The sampler is stateful: ``epoch`` and the next step to draw advance as batches are drawn;
-    :meth:`state_dict` / :meth:`load_state_dict` save and restore that position.
+    ``state_dict`` / ``load_state_dict`` save and restore that position.
 
-    It is the ``sampler`` of a :class:`PoissonDataLoader` (each item it yields is a whole
+    It is the ``sampler`` of a ``PoissonDataLoader`` (each item it yields is a whole
     batch) and a ``DistributedSampler`` subclass, so that Lightning leaves it in place under DDP
     (module docstring). ``DistributedSampler.__init__`` is not run: it reads the process group at
     construction and pads the shards to equal length, where this sampler reads the rank when
@@ -209,7 +209,7 @@ def _empty_batch_like(batch: Any) -> Any:
 class EmptyBatchCollate:
     """``collate_fn`` that also handles Poisson's empty batches.
 
-    Non-empty lists go to ``collate_fn`` (default :func:`torch.utils.data.default_collate`); an
+    Non-empty lists go to ``collate_fn`` (default ``torch.utils.data.default_collate``); an
     empty list returns a batch of the same structure with 0 rows, e.g. ``(Tensor[0, 1, 28, 28],
     Tensor[0])`` for ``(image, label)`` samples. The template is built once from
     ``collate_fn([example])``; only its structure, dtypes and shapes are kept, never its values.
@@ -246,7 +246,7 @@ class BatchView(Dataset):
 
 
 class PoissonDataLoader(DataLoader):
-    """A ``DataLoader`` over a :class:`PoissonBatchSampler` that Lightning keeps under DDP and
+    """A ``DataLoader`` over a ``PoissonBatchSampler`` that Lightning keeps under DDP and
     resumes exactly.
 
     The sampler is the loader's ``sampler`` and yields whole batches (``batch_size=None``: no
@@ -254,10 +254,10 @@ class PoissonDataLoader(DataLoader):
     ``DistributedSampler``, which this one is, so the Poisson sampling the accountant assumes is
     what every process draws, with ``use_distributed_sampler`` left at its default. Besides:
 
-    * a :class:`~lightning_dpot.data.tensor_batches.TensorBatches`, or a plain ``TensorDataset``
+    * a ``TensorBatches``, or a plain ``TensorDataset``
       without a ``collate_fn`` (read as one), is fetched by one gather per tensor and gives the
-      batch tuple directly; any other dataset is read through :class:`BatchView`, with
-      ``collate_fn`` defaulting to :class:`EmptyBatchCollate` (built from ``dataset[0]``). Either
+      batch tuple directly; any other dataset is read through ``BatchView``, with
+      ``collate_fn`` defaulting to ``EmptyBatchCollate`` (built from ``dataset[0]``). Either
       way empty batches arrive as 0-row tensors;
     * tensors already on an accelerator are fetched there, in this process: ``num_workers`` must
       be 0 and ``pin_memory`` False;
@@ -270,7 +270,7 @@ class PoissonDataLoader(DataLoader):
     ``shuffle``, ``batch_sampler`` and ``drop_last`` are not allowed (the sampler sets them).
 
     Raises:
-        TypeError: ``sampler`` is not a :class:`PoissonBatchSampler`.
+        TypeError: ``sampler`` is not a ``PoissonBatchSampler``.
         ValueError: ``num_workers`` > 0 or ``pin_memory`` with tensors on an accelerator.
     """
 
@@ -303,7 +303,7 @@ class PoissonDataLoader(DataLoader):
 
     @property
     def poisson_sampler(self) -> PoissonBatchSampler:
-        """The loader's :class:`PoissonBatchSampler` (its ``sampler``)."""
+        """The loader's ``PoissonBatchSampler`` (its ``sampler``)."""
         assert isinstance(self.sampler, PoissonBatchSampler)
         return self.sampler
 
@@ -322,7 +322,7 @@ class PoissonDataLoader(DataLoader):
         return dict(self._consumed)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Continue after the position saved by :meth:`state_dict`."""
+        """Continue after the position saved by ``state_dict``."""
         sampler = self.poisson_sampler
         sampler.load_state_dict(state_dict)
         self._consumed = sampler.state_dict()
@@ -337,8 +337,8 @@ def poisson_dataloader(
     world_size: int | None = None,
     **kwargs: Any,
 ) -> PoissonDataLoader:
-    """:class:`PoissonDataLoader` over ``dataset`` (which must have ``len``; a ``TensorDataset``
-    is fetched by one gather per tensor) with a fresh :class:`PoissonBatchSampler`; ``kwargs`` go
+    """``PoissonDataLoader`` over ``dataset`` (which must have ``len``; a ``TensorDataset``
+    is fetched by one gather per tensor) with a fresh ``PoissonBatchSampler``; ``kwargs`` go
     to the loader."""
     sampler = PoissonBatchSampler(
         len(dataset),  # type: ignore[arg-type]

@@ -2,19 +2,19 @@
 (Reshetova et al. 2024).
 
 Every record is privatized exactly once by a
-:class:`~lightning_dpot.privacy.mechanisms.ldp.LocalRandomizer` and the release is cached on disk
+``LocalRandomizer`` and the release is cached on disk
 with its metadata. Every later ``setup`` — other DDP ranks, a resumed run, a second run with the
 same configuration — loads the cached release and never draws noise again (redrawing would let an
 observer average the noise away). Raw training records are dropped as soon as the release exists; a
 raw held-out test split, where the source has one, is kept for evaluation only, and in a fit is
-entered in the privacy ledger as a public use (:mod:`lightning_dpot.data.ledger_public`).
+entered in the privacy ledger as a public use (``lightning_dpot.data.ledger_public``).
 
 Alternatively ``release_path`` points at a file written by ``dpot privatize``: the trainer then
 never sees raw data, which is the real LDP deployment. The file's metadata fixes the mechanism,
 ε, δ and every other privatization setting; a given argument that differs from it is refused.
 
 Concurrency: the existence check of a cached release, the privatization and the save run under
-an exclusive lock on the cache entry (:func:`~lightning_dpot.data.release.exclusive_lock`), so
+an exclusive lock on the cache entry (``exclusive_lock``), so
 runs that share a cache make one release between them, whatever their timing.
 
 Noise seed: by default a fresh secret seed from the operating system's entropy pool is used and
@@ -66,7 +66,7 @@ class FullBatch(Dataset):
     """A dataset of one item, the whole tensors: full-batch training (Reshetova et al. 2024,
     §IV-A, b = n).
     The OT losses are order-free, so the release is neither shuffled nor re-collated; under
-    DDP :func:`full_batch_loader` yields this one item, the whole cached release, on every
+    DDP ``full_batch_loader`` yields this one item, the whole cached release, on every
     rank."""
 
     def __init__(self, *tensors: Tensor) -> None:
@@ -84,7 +84,7 @@ class Records(TensorDataset):
     the sampler's whole index list to one indexing op per tensor, instead of indexing and
     re-stacking record by record (2,000 2-D records: 0.8 ms instead of 19 ms per batch on two
     CPU threads). ``__getitems__`` returns the whole batch as one item, so the loader must use
-    :func:`one_batch` as ``collate_fn``."""
+    ``one_batch`` as ``collate_fn``."""
 
     def __getitems__(self, indices: list[int]) -> list[tuple[Tensor, ...]]:
         index = torch.as_tensor(indices, dtype=torch.long)
@@ -92,7 +92,7 @@ class Records(TensorDataset):
 
 
 def one_batch(items: list[tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
-    """The collate function of :class:`Records`: its one already batched item."""
+    """The collate function of ``Records``: its one already batched item."""
     if len(items) != 1:
         raise ValueError(f"one_batch collates Records' single batched item, got {len(items)} items")
     return items[0]
@@ -100,7 +100,7 @@ def one_batch(items: list[tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
 
 def full_batch_loader(*tensors: Tensor) -> DataLoader:
     """One step per epoch over the whole ``tensors`` (no per-record indexing or collation), on
-    every DDP rank (:mod:`lightning_dpot.data.replicated`)."""
+    every DDP rank (``lightning_dpot.data.replicated``)."""
     return replicated_loader(FullBatch(*tensors), batch_size=None)
 
 
@@ -137,7 +137,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         dct_keep: side of the kept low-frequency DCT block.
         seed: noise seed; ``None`` draws a secret one (recommended, see module docstring).
         secure_rng: draw the noise and the release order from the OS CSPRNG
-            (:class:`~lightning_dpot.rng.OSRandom`, ``docs/secure_noise.md``)
+            (``OSRandom``, ``docs/secure_noise.md``)
             instead of a secretly seeded ``torch.Generator``; excludes ``seed``. Default False.
         batch_size: training batch size (the full release when ``None``).
         cache_dir: where releases are cached.
@@ -149,11 +149,10 @@ class PrivatizedDataModule(L.LightningDataModule):
         denoise: ``"wavelet"`` trains on the release denoised by wavelet thresholding (baseline
             of Reshetova et al. 2024, Fig. 3; identity transform only). Post-processing at
             ``setup``, no privacy cost: the cached release is neither changed nor replaced, and the
-            threshold uses only the public noise std (:func:`~lightning_dpot.data.denoise.
-            wavelet_denoise`).
+            threshold uses only the public noise std (``wavelet_denoise``).
         denoise_wavelet: the PyWavelets wavelet used by ``denoise="wavelet"``.
         privacy_budget: total ε the raw records may spend over every release ever made from
-            them (:mod:`lightning_dpot.data.ledger`); a new release past it is refused.
+            them (``lightning_dpot.data.ledger``); a new release past it is refused.
         exceed_privacy_budget: make a release that takes the total past ``privacy_budget``.
         ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
             ``~/.local/share/lightning_dpot/ledger``).
@@ -169,23 +168,25 @@ class PrivatizedDataModule(L.LightningDataModule):
             ``secure_rng``, ``batch_size`` < 1, ``privacy_budget`` not > 0, a bad ``denoise``
             setting, ``shuffle_delta`` with the Gaussian mechanism, ``public_reuse`` not
             ``"refuse"`` or ``"allow"``, or an argument that differs from the ``release_path``
-            file's. When privatizing (:meth:`prepare_data`): records that are non-finite or
+            file's. When privatizing (``prepare_data``): records that are non-finite or
             outside the source's bounds.
         PrivacyBudgetError: when privatizing, a new release that would take the records'
-            total ε past ``privacy_budget`` (:mod:`lightning_dpot.data.ledger`).
-        PublicReuseError: before privatizing (or, in a fit, at :meth:`setup`), records used
+            total ε past ``privacy_budget`` (``lightning_dpot.data.ledger``).
+        PublicReuseError: before privatizing (or, in a fit, at ``setup``), records used
             without noise before, or held-out records released privately before, with
             ``public_reuse="refuse"``.
 
     Example::
 
-        from lightning_dpot.data import HalfCircle, PrivatizedDataModule
-
-        dm = PrivatizedDataModule(HalfCircle(n=10_000), mechanism="laplace", epsilon=2.5,
-                                  batch_size=500, cache_dir="/tmp/dpot_cache")
-        dm.prepare_data()  # privatizes once (rank 0) and caches the release
-        dm.setup("fit")
-        (records,) = next(iter(dm.train_dataloader()))  # (500, 2) privatized records
+        >>> import tempfile
+        >>> from lightning_dpot.data import HalfCircle, PrivatizedDataModule
+        >>> dm = PrivatizedDataModule(HalfCircle(n=10_000), mechanism="laplace", epsilon=2.5,
+        ...                           batch_size=500, cache_dir=tempfile.mkdtemp())
+        >>> dm.prepare_data()  # privatizes once (rank 0) and caches the release
+        >>> dm.setup("fit")
+        >>> (records,) = next(iter(dm.train_dataloader()))
+        >>> records.shape  # privatized records
+        torch.Size([500, 2])
     """
 
     def __init__(
@@ -410,7 +411,7 @@ class PrivatizedDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Runs on global rank 0 before ``setup``: privatize if no cached release, once the
         module and the trainer's callbacks have had their say and Lightning's tuners were
-        refused (:func:`~lightning_dpot.data.protocols.check_before_release`: a run they refuse
+        refused (``check_before_release``: a run they refuse
         releases nothing)."""
         if self.release_path is None:
             check_before_release(self.trainer)
@@ -550,7 +551,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         return [] if use is None else [use]
 
     def _enter_held_out(self, test: Tensor | None) -> None:
-        """Enter :meth:`_held_out_uses` in the ledger (a use it holds adds no line)."""
+        """Enter ``_held_out_uses`` in the ledger (a use it holds adds no line)."""
         uses = self._held_out_uses(test)
         if uses:
             self.ledger.record_public(uses, self.public_reuse)
@@ -679,7 +680,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         }
 
     def _ledger_report(self) -> dict | None:
-        """Every release of these raw records so far (:mod:`lightning_dpot.data.ledger`)."""
+        """Every release of these raw records so far (``lightning_dpot.data.ledger``)."""
         if self.ledger_total is None:
             return None
         return {

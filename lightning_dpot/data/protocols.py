@@ -2,27 +2,27 @@
 
 Three ways of touching private data, one protocol each:
 
-* :class:`LocalDPRelease` — every record privatized **once** at setup by a local randomizer
+* ``LocalDPRelease`` — every record privatized **once** at setup by a local randomizer
   (Reshetova et al. 2024); training reads only the cached release and the mechanism's public
   facts.
-  :class:`~lightning_dpot.data.PrivatizedDataModule`.
-* :class:`CentralPrivateData` — raw private records, reached only through a subsampled
+  ``PrivatizedDataModule``.
+* ``CentralPrivateData`` — raw private records, reached only through a subsampled
   mechanism of the method (Cao et al. 2021: Poisson rate q).
-  :class:`~lightning_dpot.data.CentralDPDataModule`.
-* :class:`LatentPrivateData` — private records encoded by a public autoencoder into the unit
+  ``CentralDPDataModule``.
+* ``LatentPrivateData`` — private records encoded by a public autoencoder into the unit
   ball, reached only through the method's sliced release (Sebag et al. 2023).
-  :class:`~lightning_dpot.data.PrivateLatentDataModule`.
+  ``PrivateLatentDataModule``.
 
-Each extends :class:`HeldOutData`: the raw held-out split, under one name for every datamodule
+Each extends ``HeldOutData``: the raw held-out split, under one name for every datamodule
 (``test_records`` with ``test_labels`` or ``None``), which only evaluation reads.
-:class:`PublicData` is the public split an autoencoder is trained on (stage 1 of
+``PublicData`` is the public split an autoencoder is trained on (stage 1 of
 Sebag et al. 2023).
 
-:func:`require_data` checks a datamodule against a protocol by static lookup (properties that
+``require_data`` checks a datamodule against a protocol by static lookup (properties that
 need ``setup`` are not evaluated) and names every missing member.
 
-A datamodule that releases calls :func:`check_before_release` first: the module
-(:class:`ChecksDataBeforeRelease`) and the callbacks (:class:`ChecksBeforeRelease`) refuse
+A datamodule that releases calls ``check_before_release`` first: the module
+(``ChecksDataBeforeRelease``) and the callbacks (``ChecksBeforeRelease``) refuse
 then, not after the release, a run they cannot serve.
 """
 
@@ -193,7 +193,7 @@ def require_data(datamodule: P | None, protocol: type, who: str) -> P:
 def held_out_split(datamodule: object) -> tuple[Tensor, Tensor | None]:
     """The raw held-out split ``(x, labels or None)`` of a datamodule (evaluation only).
 
-    Reads ``test_records`` / ``test_labels`` (:class:`HeldOutData`); if they are not loaded yet,
+    Reads ``test_records`` / ``test_labels`` (``HeldOutData``); if they are not loaded yet,
     loads the datamodule's ``source`` (raw records, nothing is privatized).
     """
     require_data(datamodule, HeldOutData, "evaluation")
@@ -231,9 +231,9 @@ class ChecksDataBeforeRelease(Protocol):
 def check_before_release(trainer: Any) -> None:
     """Refuse, before a datamodule releases anything, every run that would be refused later.
 
-    In order: the module's :meth:`ChecksDataBeforeRelease.check_data` on the trainer's
-    datamodule, Lightning's tuners (:func:`~lightning_dpot.privacy.contract.refuse_tuners`),
-    then every callback's :meth:`ChecksBeforeRelease.check_before_release`.
+    In order: the module's ``ChecksDataBeforeRelease.check_data`` on the trainer's
+    datamodule, Lightning's tuners (``refuse_tuners``),
+    then every callback's ``ChecksBeforeRelease.check_before_release``.
 
     A datamodule that releases in ``prepare_data`` or ``setup`` calls this first: Lightning runs
     ``LightningModule.setup`` and every callback hook after ``prepare_data``, so their own checks

@@ -1,10 +1,10 @@
 """Release files: a privatized dataset and the metadata needed to audit it.
 
 A release is written once (atomically: temporary file, then ``os.replace``) and only read
-afterwards; :func:`exclusive_lock` serializes the processes that may write the same one. It
+afterwards; ``exclusive_lock`` serializes the processes that may write the same one. It
 holds the privatized records in the mechanism's domain ``(n, m)`` and metadata: mechanism, ε, δ,
 noise scale, sensitivity, projection, transform, seed status, a keyed digest (HMAC-SHA256, key
-kept in the cache directory, :func:`keyed_digest`) of the raw training records, and the library
+kept in the cache directory, ``keyed_digest``) of the raw training records, and the library
 version. Raw labels are never stored: they would be released without privacy.
 """
 

@@ -1,6 +1,6 @@
 """Data sources: raw datasets together with the public facts that privacy depends on.
 
-A :class:`DataSource` loads raw records and **declares** their value bounds ``[low, high]``
+A ``DataSource`` loads raw records and **declares** their value bounds ``[low, high]``
 (and, where the support is known, a tighter public diameter). Sensitivities are derived from
 these declarations only, never from the records themselves (see
 docs/design.md#local-privatization).
@@ -29,7 +29,7 @@ class DataSplits:
     stored, before any preprocessing, within ``id_namespace`` (a name of the kind of record,
     without preprocessing parameters): the same raw record has the same ``(id_namespace, id)``
     whatever the split, order, subset, image size or scaling. The privacy ledger keys records by
-    them (:mod:`lightning_dpot.data.ledger`). Sources that cannot say leave both ``None``.
+    them (``lightning_dpot.data.ledger``). Sources that cannot say leave both ``None``.
     """
 
     train: Tensor
@@ -43,7 +43,7 @@ class DataSplits:
 class DataSource(ABC):
     """A dataset with publicly declared bounds.
 
-    Subclasses set ``low``, ``high`` and ``sample_shape`` and implement :meth:`load`.
+    Subclasses set ``low``, ``high`` and ``sample_shape`` and implement ``load``.
     ``num_classes`` is ``None`` for unlabelled data.
     """
 
@@ -76,7 +76,7 @@ class DataSource(ABC):
     def describe(self) -> dict:
         """Name and parameters identifying this source, stored in release metadata.
 
-        Only the constructor's parameters (by name, in :func:`inspect.signature`) that the source
+        Only the constructor's parameters (by name, in ``inspect.signature``) that the source
         keeps as attributes holding a JSON scalar (str, int, float, bool, None) are kept: any
         other attribute may be derived from the records (a maximum, a first record as text), and
         anything else (a tensor, a list of values) may hold them, while release metadata goes
@@ -117,8 +117,8 @@ def seeded_split(n: int, test_fraction: float, seed: int) -> tuple[Tensor, Tenso
 def check_source_splits(source: DataSource, splits: DataSplits) -> None:
     """Refuse records that are non-finite or outside the source's declared ``[low, high]``, and
     labels outside ``[0, num_classes)`` where the source declares classes, in both splits
-    (:func:`~lightning_dpot.checks.check_records`,
-    :func:`~lightning_dpot.checks.check_labels`)."""
+    (``check_records``,
+    ``check_labels``)."""
     name = type(source).__name__
     for split, records, labels in (
         ("training", splits.train, splits.train_labels),

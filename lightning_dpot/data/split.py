@@ -9,7 +9,7 @@ only and assumes that the autoencoder never saw a private record. So the split m
   from its own source and seed and **refuses** to start when anything differs (the official code
   re-draws the split per run, so its autoencoder may have been trained on "private" records).
 
-:class:`PublicPrivateSplit` holds the two index sets, the seed, the public fraction and two hashes:
+``PublicPrivateSplit`` holds the two index sets, the seed, the public fraction and two hashes:
 ``split_hash`` (SHA-256 of the seed, n and both index lists) and ``data_hash`` (SHA-256 of the
 **public** records only, so that a different dataset with the same n is detected too; a hash of
 the private records would be a deterministic, non-private function of them, and the checkpoint
@@ -60,7 +60,7 @@ class PublicPrivateSplit:
         public_fraction: fraction of the records in the public part, in (0, 1).
         n: number of training records split.
         public, private: sorted index lists (disjoint, union ``range(n)``).
-        data_hash: :func:`data_hash` of the training records ("" if not recorded).
+        data_hash: ``data_hash`` of the training records ("" if not recorded).
         split_hash: SHA-256 of (seed, n, public, private).
         source: the data source's description (informative, not compared).
     """
@@ -111,7 +111,7 @@ class PublicPrivateSplit:
 
     # -- checking --------------------------------------------------------------------------------
     def check_matches(self, other: PublicPrivateSplit, what: str = "the saved split") -> None:
-        """Raise :class:`SplitMismatchError` unless ``other`` is the same split of the same data."""
+        """Raise ``SplitMismatchError`` unless ``other`` is the same split of the same data."""
         problems = []
         for name in ("seed", "n", "public_fraction", "split_hash"):
             mine, theirs = getattr(self, name), getattr(other, name)

@@ -40,7 +40,7 @@ class TensorFile(DataSource):
     The value bounds ``low``/``high`` are public declarations the user must make; records outside
     them are refused at privatization (sensitivity would not hold). The records declare no
     identities: the privacy ledger keys them by their bytes, so a rescaled copy of the same
-    records is not recognised (:mod:`lightning_dpot.data.ledger`).
+    records is not recognised (``lightning_dpot.data.ledger``).
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 r"""Tensors fetched by a whole batch of indices: one gather per tensor, on the host or the device.
 
 A Poisson step's batch is the rows ``B ⊂ {0, ..., N-1}`` of every training tensor
-(:mod:`lightning_dpot.data.poisson`). :class:`TensorBatches` returns it as
+(``lightning_dpot.data.poisson``). ``TensorBatches`` returns it as
 ``(t.index_select(0, B) for t in tensors)``: one gather per tensor, where a ``TensorDataset``
 read through ``BatchView`` and ``default_collate`` indexes |B| records one by one and stacks
 them. The values are the same bit for bit (both copy the same rows); an empty batch is the
@@ -9,7 +9,7 @@ gather of an empty ``int64`` index, a 0-row tensor of the right dtype and traili
 
 Device-resident data. With ``device`` set, the tensors are copied there once (all N rows, or
 this rank's shard ``rank::world_size`` under DDP, the rows
-:meth:`~lightning_dpot.data.poisson.PoissonBatchSampler.shard` owns) and each step sends only the
+``shard`` owns) and each step sends only the
 index: the host's index list becomes an ``int64`` tensor, pinned and copied with
 ``non_blocking=True`` where the device is CUDA, and the gather runs on the device. Nothing in
 the fetch reads the device back, so the host never waits for the device
@@ -40,7 +40,7 @@ class TensorBatches(Dataset):
 
     ``batches[[i, j, ...]]`` is ``(t[[i, j, ...]] for t in tensors)``, a tuple, in one gather per
     tensor; ``len(batches)`` is N. The read loader needs no automatic batching
-    (``batch_size=None``) and no ``collate_fn`` (:func:`unbatched`).
+    (``batch_size=None``) and no ``collate_fn`` (``unbatched``).
 
     Args:
         tensors: the tensors, one row per record, all on one device.
@@ -87,7 +87,7 @@ class TensorBatches(Dataset):
         return self.num_records
 
     def device_index(self, indices: Sequence[int]) -> Tensor:
-        """The rows to gather on :attr:`device`: the global ``indices`` as ``int64``, mapped to
+        """The rows to gather on ``device``: the global ``indices`` as ``int64``, mapped to
         shard rows ``(i - rank) / world_size``, sent without waiting (pinned, non-blocking)."""
         index = torch.as_tensor(indices, dtype=torch.int64)
         if self.world_size > 1:

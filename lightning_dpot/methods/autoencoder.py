@@ -8,9 +8,9 @@ its encoder maps records to ℓ2-normalized latents on which the DP flow runs. T
     L(x) = BCE((D(E(x)) + 1)/2, (x + 1)/2)   (``loss="bce"``, pixels mapped to [0, 1]),
 
 and costs no privacy because only public records are used: records trained on without noise,
-which the datamodule (:class:`~lightning_dpot.data.latent.PublicSplitDataModule`) enters in the
+which the datamodule (``PublicSplitDataModule``) enters in the
 privacy ledger as a public use before serving them, refusing records released privately before
-(``public_reuse``, :mod:`lightning_dpot.data.ledger_public`). Its public/private split is written
+(``public_reuse``, ``lightning_dpot.data.ledger_public``). Its public/private split is written
 into every checkpoint under ``"public_private_split"``; stage 2 refuses to start if its split
 differs.
 """
@@ -37,7 +37,7 @@ class AutoencoderModule(L.LightningModule, Generative):
     """Trains ``autoencoder`` on the public split (module docstring).
 
     Args:
-        autoencoder: e.g. :class:`~lightning_dpot.nn.ConvAutoencoder32`.
+        autoencoder: e.g. ``ConvAutoencoder32``.
         loss: ``"mse"`` or ``"bce"``.
         lr: Adam learning rate.
     """

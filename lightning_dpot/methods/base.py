@@ -7,12 +7,12 @@ A method is a short subclass. The training step of every generator method reads
 
 and a subclass overrides the hooks it needs:
 
-* :meth:`build_loss` — called with the datamodule by :meth:`~GeneratorModule.check_data`,
+* ``build_loss`` — called with the datamodule by ``check_data``,
   before the release is drawn (or in ``setup``), to build the loss from the public facts it
   declares (mechanism, noise scale, transform, diameters);
-* :meth:`release_view` — maps generated records into the domain the loss compares in
+* ``release_view`` — maps generated records into the domain the loss compares in
   (identity, the DCT domain, or, for the noisy-WGAN baseline, through the mechanism);
-* :meth:`compute_loss` — the loss between generated and real batches.
+* ``compute_loss`` — the loss between generated and real batches.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class GeneratorModule(L.LightningModule, Generative):
 
     def standalone_sampler(self) -> LatentSampler:
         """G with its latent law Unif[latent_range]^latent_dim, for
-        :func:`~lightning_dpot.export.export_generator` (a copy of the generator only)."""
+        ``export_generator`` (a copy of the generator only)."""
         low, high = self.latent_range
         return GeneratorSampler(self.generator, self.generator.latent_dim, "uniform", low, high)
 
@@ -166,9 +166,9 @@ class GeneratorModule(L.LightningModule, Generative):
 
     def check_data(self, datamodule: L.LightningDataModule) -> None:
         """Check ``datamodule`` against this module from what it states before its release
-        (:class:`~lightning_dpot.data.protocols.ChecksDataBeforeRelease`): a
-        :class:`~lightning_dpot.data.protocols.LocalDPRelease`, records of the generator's
-        shape, and a loss built from its mechanism (:meth:`build_loss`), kept with the
+        (``ChecksDataBeforeRelease``): a
+        ``LocalDPRelease``, records of the generator's
+        shape, and a loss built from its mechanism (``build_loss``), kept with the
         transform for training. ``setup`` runs it too.
 
         Raises:
@@ -190,7 +190,7 @@ class GeneratorModule(L.LightningModule, Generative):
     @override
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         """The generator runs in the trainer's precision; the release view and the loss run
-        outside autocast on float32 records (:mod:`lightning_dpot.ot.precision`)."""
+        outside autocast on float32 records (``lightning_dpot.ot.precision``)."""
         real = batch[0]
         n = self.generated_batch_size or real.shape[0]
         samples = self(self.sample_latent(n))

@@ -2,7 +2,7 @@
 
 The sampling half of a class-conditional method (Cao et al. 2021, Algorithm 1; Harder et al.
 2021): labels y ~ Unif{0, …, L−1} drawn before z, balanced label blocks for sample grids, and
-the standalone sampler of :func:`~lightning_dpot.export.export_generator`. Generation is
+the standalone sampler of ``export_generator``. Generation is
 post-processing of what the method released and costs no privacy.
 """
 
@@ -22,14 +22,14 @@ __all__ = ["ConditionalGeneratorModule"]
 
 
 class ConditionalGeneratorModule(GeneratorModule):
-    """A :class:`GeneratorModule` whose generator is ``(z, labels) → records`` when
+    """A ``GeneratorModule`` whose generator is ``(z, labels) → records`` when
     ``conditional``, else ``z → records``.
 
     Args:
-        generator: e.g. :class:`~lightning_dpot.nn.dcgan.ConditionalDCGANGenerator` when
+        generator: e.g. ``ConditionalDCGANGenerator`` when
             ``conditional`` (it must have ``num_classes``).
         conditional: class-conditional generation (labels from the data source).
-        **kwargs: :class:`GeneratorModule`'s (``latent_range``, ``lr``, ...).
+        **kwargs: ``GeneratorModule``'s (``latent_range``, ``lr``, ...).
 
     Raises:
         ValueError: ``conditional=True`` with a generator that has no ``num_classes``.
@@ -66,7 +66,7 @@ class ConditionalGeneratorModule(GeneratorModule):
     @override
     def forward(self, z: Tensor, labels: Tensor | None = None) -> Tensor:
         """Images for latents ``z``; conditional models take ``labels`` (default
-        :meth:`balanced_labels`, so that a grid with L images per row shows one class per row)."""
+        ``balanced_labels``, so that a grid with L images per row shows one class per row)."""
         if not self.conditional:
             return self.generator(z)
         if labels is None:
@@ -102,7 +102,7 @@ class ConditionalGeneratorModule(GeneratorModule):
     @override
     def standalone_sampler(self) -> LatentSampler:
         """G(z, y) with y ~ Unif{0, …, L−1} and z ~ Unif[latent_range]^latent_dim when
-        conditional (:func:`~lightning_dpot.export.export_generator`), else G(z)."""
+        conditional (``export_generator``), else G(z)."""
         if not self.conditional:
             return super().standalone_sampler()
         low, high = self.latent_range
@@ -114,13 +114,13 @@ class ConditionalGeneratorModule(GeneratorModule):
 
     @override
     def check_data(self, datamodule: Any) -> None:
-        """:meth:`check_central_data`, the check the central methods' ``setup`` runs, asked
+        """``check_central_data``, the check the central methods' ``setup`` runs, asked
         before a datamodule releases anything
-        (:class:`~lightning_dpot.data.protocols.ChecksDataBeforeRelease`)."""
+        (``ChecksDataBeforeRelease``)."""
         self.check_central_data(datamodule)
 
     def check_central_data(self, datamodule: Any) -> tuple[int, ...]:
-        """Check ``datamodule`` (a :class:`~lightning_dpot.data.protocols.CentralPrivateData`,
+        """Check ``datamodule`` (a ``CentralPrivateData``,
         set up here) against the generator: labels when conditional, the same number of
         classes, the same record shape. Sets ``num_classes``; returns the record shape.
 

@@ -16,7 +16,7 @@ release is the noisy mean embedding of the n private records,
 
 Privacy. Replacing one record changes the sum by ``‖e(x, y) − e(x', y')‖₂ ≤ 2 = Δ``: one
 Gaussian mechanism with noise multiplier σ/Δ, emitted as one
-:class:`~lightning_dpot.privacy.events.GaussianRelease` (replace-one; ε from the analytic
+``GaussianRelease`` (replace-one; ε from the analytic
 Gaussian mechanism, Balle & Wang 2018). This is Harder et al.'s Δ = 2/n on the mean; n is the
 public dataset size, the same under replace-one. Each row of features is computed in float64 and
 scaled onto the unit ball before it is summed (the float64 sum adds at most O(n·ulp), about
@@ -95,7 +95,7 @@ class MeanEmbeddingRelease:
 
     Args:
         delta: δ of the guarantee.
-        noise_seed, secure_rng: the noise source (:class:`~lightning_dpot.rng.SecretNoise`).
+        noise_seed, secure_rng: the noise source (``SecretNoise``).
         is_private: False only for the non-private reference (σ = 0).
     """
 
@@ -124,7 +124,7 @@ class MeanEmbeddingRelease:
 
     @property
     def event(self) -> PrivacyEvent | None:
-        """One :class:`GaussianRelease` at σ/Δ (``None`` before calibration and when σ = 0)."""
+        """One ``GaussianRelease`` at σ/Δ (``None`` before calibration and when σ = 0)."""
         if not self.calibrated or self.noise_scale == 0.0:
             return None
         return GaussianRelease(self.noise_scale / SENSITIVITY, adjacency="replace_one")
@@ -212,8 +212,8 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
     mean embedding, then a generator trained to match it.
 
     Args:
-        generator: ``(z, labels) → images`` (e.g. :class:`~lightning_dpot.nn.dcgan.
-            ConditionalDCGANGenerator`) when ``conditional``, else ``z → images``.
+        generator: ``(z, labels) → images`` (e.g. ``ConditionalDCGANGenerator``) when
+        ``conditional``, else ``z → images``.
         noise_scale / target_epsilon: exactly one: σ, the noise std on the summed embedding
             (0: the non-private reference), or the ε it is calibrated to (analytic Gaussian
             mechanism at ``delta``, Δ = 2).
@@ -226,8 +226,7 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
         frequency_seed: seed of the public frequencies Ω.
         generated_batch_size: B, generated samples per step.
         conditional: class-conditional embedding and generator.
-        latent_range, lr, optimizer, betas: :class:`~lightning_dpot.methods.base.
-            GeneratorModule`'s.
+        latent_range, lr, optimizer, betas: ``GeneratorModule``'s.
         noise_seed: ``None`` = secret noise from OS entropy; an integer makes the noise
             reproducible and **voids the guarantee** for anyone who knows it (tests only).
         secure_rng: noise from the OS CSPRNG instead (``docs/secure_noise.md``).
@@ -339,8 +338,7 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
     @override
     def on_fit_start(self) -> None:
         """Release once (rank 0, broadcast), unless a checkpoint already holds the release;
-        refused where it would not be accounted (:func:`~lightning_dpot.privacy.contract.
-        check_release_before_training`)."""
+        refused where it would not be accounted (``check_release_before_training``)."""
         warn_if_unaccounted(self)
         if bool(self.released):
             return

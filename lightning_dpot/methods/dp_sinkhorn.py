@@ -4,24 +4,24 @@ Algorithm 1 (Cao et al. 2021, §4; see docs/dp_sinkhorn.md), one optimizer step 
 ------------------------------------------------------------------------------------------
 Input: private records d = {(y, l)}^M, Poisson rate q, noise multiplier σ, clip Δ, generator
 g_θ, learning rate α, entropic λ, debias fraction p. T is **not** an input: the
-:class:`~lightning_dpot.callbacks.privacy_accountant.PrivacyAccountantCallback` stops training
+``PrivacyAccountantCallback`` stops training
 before the step that would exceed the target (ε, δ).
 
 1. Y ← Poisson sample of d with rate q (App. C, Algorithm 2;
-   :class:`~lightning_dpot.data.central.CentralDPDataModule`). |Y| ~ Binomial(M, q); Y = ∅ is
+   ``CentralDPDataModule``). |Y| ~ Binomial(M, q); Y = ∅ is
    possible and is still a step.
 2. n = ``num_cross`` (default round(q·M), the expected batch), n' = ⌊n·p⌋;
    z_1..z_{n+n'} ~ Unif[``latent_range``]^latent_dim, labels l_i ~ Unif{0, …, L−1}.
 3. X = g_θ(z, l) ∈ R^{(n+n')×d}.
 4. G = ∇_X Ŝ_{c,λ,p}(X, Y), Ŝ = 2Ŵ_λ(X[0:n], Y) − Ŵ_λ(X[0:n], X[n':n+n']) (Def. 4.3, eq. 6;
-   :class:`~lightning_dpot.ot.dp_sinkhorn.SemiDebiasedSinkhorn`), cost
+   ``SemiDebiasedSinkhorn``), cost
    c_m(x, y) = ‖x−y‖₂² + m‖x−y‖₁ on [x, α_c·onehot(l)] (App. D.3).
    **Empty batch** (Y = ∅): the cross term is absent and Ŝ = −Ŵ_λ(X[0:n], X[n':n+n']), the
    debias term, which needs no real data. Step 5 then releases clipped debias gradients plus
    noise, distributed as with data apart from the cross term itself (released as exact zeros,
    the debias rows would tell that the batch was empty). The step is accounted like any other.
 5. Sanitize G by a backward hook registered on X (``X.register_hook``,
-   :class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`):
+   ``GradientSanitizer``):
    G̃[0:n] = clip_F(G[0:n], Δ) + 2Δσ·N(0, I)  (the cross block, jointly clipped);
    G̃[n:n+n'] = clip_F(G[n:n+n'], Δ)           (debias rows: data-independent, no noise).
 6. G_θ = J_θ(X)ᵀ G̃ (autograd through the generator), θ ← θ − α·Adam(G_θ) (weight decay
@@ -29,12 +29,12 @@ before the step that would exceed the target (ε, δ).
 
 Privacy. θ_t is post-processing of G̃_1..G̃_t. Each G̃ is the Gaussian mechanism on the clipped
 cross block (ℓ2 sensitivity 2Δ, noise std 2Δσ: multiplier σ) applied to a Poisson sample with
-rate q. The sanitizer is the method's release object (:mod:`lightning_dpot.privacy.contract`):
+rate q. The sanitizer is the method's release object (``lightning_dpot.privacy.contract``):
 each call emits one ``SubsampledGaussianStep(σ, q)``, σ computed from the noise std and the
 sensitivity it uses, q read from the datamodule and checked against the training loader's
 Poisson sampler at the start of training; the accountant composes what was emitted. The paper's
 per-row text (§4.3) and its Theorem 4.1 disagree with its accounting; see
-:mod:`lightning_dpot.privacy.mechanisms.gradient_sanitizer` and docs/dp_sinkhorn.md. Under DDP each
+``lightning_dpot.privacy.mechanisms.gradient_sanitizer`` and docs/dp_sinkhorn.md. Under DDP each
 rank Poisson-samples its own shard and sanitizes its own block with its own noise; the gradients are
 averaged (post-processing) and the accounting is that of one step (parallel composition, see
 docs/design.md#distributed-training).
@@ -81,13 +81,13 @@ class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
     """DP-Sinkhorn (Cao et al. 2021, Algorithm 1; module docstring).
 
     Args:
-        generator: ``(z, labels) → images`` (e.g. :class:`~lightning_dpot.nn.dcgan.
-            ConditionalDCGANGenerator`, paper D.3) when ``conditional``, else ``z → images``.
+        generator: ``(z, labels) → images`` (e.g. ``ConditionalDCGANGenerator``, paper D.3) when
+        ``conditional``, else ``z → images``.
         noise_multiplier: σ (paper 1.5 MNIST, 1.9 Fashion-MNIST/CelebA); ``None`` or 0 for the
             non-private reference (or with ``target_epsilon``, which calibrates it).
         target_epsilon: calibrate σ at setup: the smallest σ whose ε after the run's planned
             steps (``trainer.max_steps`` or ``max_epochs`` × steps per epoch) at rate q is ≤ this
-            (:func:`~lightning_dpot.privacy.accounting.calibration.calibrated_noise_std`); needs
+            (``calibrated_noise_std``); needs
             ``delta`` and ``noise_multiplier=None``.
         delta: δ of the guarantee (the accountant reads it from the sanitizer). The
             calibration uses RDP, the accountant ``dpot fit`` attaches, so the reported ε is the
@@ -107,7 +107,7 @@ class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
             reproducible and **voids the guarantee** for anyone who knows it (tests only).
         secure_rng: noise from the OS CSPRNG instead (``docs/secure_noise.md``).
         cuda_graphs: on a GPU, replay each step's fixed-budget solve as a captured CUDA graph,
-            one per Poisson batch size met (:mod:`~lightning_dpot.ot.graphs`; values equal to
+            one per Poisson batch size met (``lightning_dpot.ot.graphs``; values equal to
             the eager solve's); no effect on the CPU.
     """
 

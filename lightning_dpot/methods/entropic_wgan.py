@@ -37,11 +37,11 @@ class EntropicWGAN(GeneratorModule):
         scaling: Sinkhorn ε-scaling ratio in (0, 1) (annealing; convergence is set by ``tol``).
         max_exact_batch: largest batch solved exactly when ``regularization="none"``.
         backend: Sinkhorn backend, ``auto`` | ``tensorized`` | ``online`` | ``multiscale``
-            (:mod:`lightning_dpot.ot.sinkhorn`); ``auto`` picks by size, dimension and device.
+            (``lightning_dpot.ot.sinkhorn``); ``auto`` picks by size, dimension and device.
         tol: tolerance on the marginal violation ‖π1 − a‖₁ of every solve.
         max_iter: cap on the Sinkhorn sweeps at λ.
         latent_range, lr, generated_batch_size, optimizer, betas: as for
-            :class:`~lightning_dpot.methods.base.GeneratorModule` (Adam, lr 10⁻⁴ by default).
+            ``GeneratorModule`` (Adam, lr 10⁻⁴ by default).
     """
 
     def __init__(

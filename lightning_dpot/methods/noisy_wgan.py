@@ -62,9 +62,9 @@ class NoisyWGAN(EntropicWGAN):
     """Noisy p-WGAN of Reshetova et al. 2024, eq. 23: unregularized OT between M(G(Z)) and the
     release.
 
-    The loss is :class:`EntropicWGAN`'s ``regularization="none"`` (exact minibatch OT by
-    assignment, see :class:`~lightning_dpot.ot.ExactOT`), with p matched to the mechanism;
-    only :meth:`release_view` differs.
+    The loss is ``EntropicWGAN``'s ``regularization="none"`` (exact minibatch OT by
+    assignment, see ``ExactOT``), with p matched to the mechanism;
+    only ``release_view`` differs.
 
     Args:
         generator: network z → record with attribute ``latent_dim``.
@@ -77,7 +77,7 @@ class NoisyWGAN(EntropicWGAN):
         lr: learning rate of the generator's optimizer.
         generated_batch_size: generated samples per step (default: the real batch size).
         optimizer, betas: ``"adam"`` (Adam's ``betas``) or ``"rmsprop"``, as for
-            :class:`~lightning_dpot.methods.base.GeneratorModule`.
+            ``GeneratorModule``.
     """
 
     def __init__(

@@ -4,18 +4,18 @@ r"""One evaluator per metric, shared by the evaluation callbacks, ``dpot evaluat
 An evaluator holds a metric's settings and turns samples into a result ``dict``; it knows
 nothing of Lightning. The callbacks add only the schedule (every n epochs, at the end, DDP
 shares); the commands add only the sampling. The reference is always the **raw held-out split**
-(:func:`~lightning_dpot.data.protocols.held_out_split`), never seen in training.
+(``held_out_split``), never seen in training.
 
-* :class:`FrechetEvaluator` — d² = ‖μ_r − μ_g‖² + Tr(Σ_r + Σ_g − 2(Σ_rΣ_g)^{1/2}) between
+* ``FrechetEvaluator`` — d² = ‖μ_r − μ_g‖² + Tr(Σ_r + Σ_g − 2(Σ_rΣ_g)^{1/2}) between
   Gaussian fits of image features (Heusel et al. 2017, Eq. 6), named for its extractor: ``fid``
   with InceptionV3 (Cao et al. 2021, §D.1), ``fd_classifier`` with the project classifier (an
   offline stand-in, never called FID).
-* :class:`UtilityEvaluator` — accuracy on the real held-out split of LogReg / MLP / CNN trained
+* ``UtilityEvaluator`` — accuracy on the real held-out split of LogReg / MLP / CNN trained
   on labelled synthetic samples, early-stopped on a synthetic hold-out only (Cao et al. 2021,
   §D.2; DPImageBench's rule that the sensitive test split never selects a model).
-* :class:`W2Evaluator` — exact W₂ between m-point subsamples of generated and held-out records,
+* ``W2Evaluator`` — exact W₂ between m-point subsamples of generated and held-out records,
   mean and standard error over R repeats (Reshetova et al. 2024, §IV-C, m = 200).
-* :class:`ManifoldEvaluator` — mean distance to a known planar curve and the share of the
+* ``ManifoldEvaluator`` — mean distance to a known planar curve and the share of the
   curve covered (Reshetova et al. 2024, Figs. 1–2).
 """
 
@@ -68,7 +68,7 @@ def default_classifier_path(
 class FrechetEvaluator:
     """FID (Inception features) or the classifier-feature Fréchet distance.
 
-    The real side is added once (:meth:`set_reference`) and kept; each :meth:`score` resets the
+    The real side is added once (``set_reference``) and kept; each ``score`` resets the
     generated side only. Under DDP every rank adds its shard of the reference and scores its
     share of the samples: the metric states are sums, so the value equals the single-process
     value on the union.
@@ -76,10 +76,10 @@ class FrechetEvaluator:
     Args:
         feature_extractor: ``"inception"`` (FID, torch-fidelity InceptionV3 weights; key
             ``fid``) or ``"classifier"`` (the penultimate features of
-            :class:`~lightning_dpot.metrics.fid.FeatureClassifier`; key ``fd_classifier``).
+            ``FeatureClassifier``; key ``fd_classifier``).
         weights_path: local InceptionV3 weights (offline FID). Checked at construction.
         classifier_path: cached feature classifier, trained on the held-out split and saved
-            there if absent (default :func:`default_classifier_path` in ``cache_dir``).
+            there if absent (default ``default_classifier_path`` in ``cache_dir``).
         classifier_epochs: training epochs of that classifier.
         batch_size: images per metric update.
         data_range: value range of the images (project convention [−1, 1]).
@@ -193,9 +193,8 @@ class FrechetEvaluator:
 
 
 class UtilityEvaluator:
-    """Train-on-synthetic, test-on-real accuracy (:func:`~lightning_dpot.metrics.utility.
-    downstream_utility`). Raises :class:`~lightning_dpot.metrics.utility.
-    UnlabelledSamplesError` for samples without labels (unconditional generators).
+    """Train-on-synthetic, test-on-real accuracy (``downstream_utility``). Raises
+    ``UnlabelledSamplesError`` for samples without labels (unconditional generators).
 
     Args:
         classifiers: any of ``"logreg"``, ``"mlp"``, ``"cnn"``.
@@ -247,7 +246,7 @@ class UtilityEvaluator:
 
 
 class W2Evaluator:
-    """Exact W₂ on subsamples (:func:`~lightning_dpot.metrics.w2.subsampled_w2`): for
+    """Exact W₂ on subsamples (``subsampled_w2``): for
     r = 1..R, w_r = W₂(μ_{G[I_r]}, μ_{X[J_r]}) with |I_r| = |J_r| = m; mean and s/√R. Records
     are flattened (pixel units for images).
 
@@ -279,7 +278,7 @@ class W2Evaluator:
 class ManifoldEvaluator:
     """Distance of generated points to a known planar curve, and arc coverage
     (Reshetova et al. 2024, Figs. 1–2): ``manifold_error`` = mean dist(x, support);
-    ``arc_coverage`` = :meth:`~lightning_dpot.data.manifolds.CurveSource.coverage` (share of 18
+    ``arc_coverage`` = ``coverage`` (share of 18
     equal arc pieces holding at least a quarter of the uniform share of the points within 0.25 of
     the curve)."""
 

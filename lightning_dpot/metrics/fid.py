@@ -13,13 +13,13 @@ sums S = Σᵢ φᵢ, Q = Σᵢ φᵢ φᵢᵀ and counts n, declared with ``dis
 under DDP is the single-process value on the union of the shards; μ = S/n,
 Σ = (Q − n μ μᵀ)/(n − 1), and the trace term from ``torch.linalg.eigvals`` (no scipy ``sqrtm``).
 
-- :class:`InceptionFID` is **FID** proper (Cao et al. 2021, §D.1): the standard torch-fidelity
+- ``InceptionFID`` is **FID** proper (Cao et al. 2021, §D.1): the standard torch-fidelity
   InceptionV3 weights (``weights-inception-2015-12-05-6726825d.pth``, pool3 features, 2048-d),
   grayscale repeated to 3 channels, inputs in [−1, 1] mapped to [0, 1]. Offline it needs the
   weights file, either in the torch hub cache or at ``feature_extractor_weights_path``; without
   it, construction fails.
-- :class:`ClassifierFrechetDistance` is the offline alternative: the same metric with
-  ``feature=`` the penultimate features of a small CNN (:class:`FeatureClassifier`) trained on
+- ``ClassifierFrechetDistance`` is the offline alternative: the same metric with
+  ``feature=`` the penultimate features of a small CNN (``FeatureClassifier``) trained on
   real public/test data. Its values are not comparable with FID and are never reported as FID
   (log key ``"fd_classifier"``).
 """
@@ -112,7 +112,7 @@ def resolve_inception_weights(
     """Local path of the FID Inception weights, or ``None`` to let torch-fidelity download them.
 
     Order: an explicit ``feature_extractor_weights_path`` (must be an existing file), then the
-    torch hub cache (:func:`default_inception_weights_path`), then download if
+    torch hub cache (``default_inception_weights_path``), then download if
     ``allow_download``. Otherwise raises ``FileNotFoundError`` naming
     ``feature_extractor_weights_path`` and the expected file.
     """
@@ -158,7 +158,7 @@ class InceptionFID(FrechetInceptionDistance):
     """FID: torchmetrics ``FrechetInceptionDistance`` set up for this project.
 
     - Weights: ``feature_extractor_weights_path`` or the torch hub cache (see
-      :func:`resolve_inception_weights`); missing weights fail here, at construction, with a
+      ``resolve_inception_weights``); missing weights fail here, at construction, with a
       message saying how to provide them (never a silent download unless ``allow_download``).
     - Inputs: ``update(images, real)`` takes ``(N, 1 or 3, H, W)`` images in ``data_range``
       (default [−1, 1], the generators' tanh range); they are mapped to [0, 1], repeated to
@@ -220,7 +220,7 @@ class InceptionFID(FrechetInceptionDistance):
 
 
 class FeatureClassifier(nn.Module):
-    """Small CNN whose penultimate layer is the feature map φ of :class:`ClassifierFrechetDistance`.
+    """Small CNN whose penultimate layer is the feature map φ of ``ClassifierFrechetDistance``.
 
     ``features``: conv 3×3 (C→32) → ReLU → maxpool 2 → conv 3×3 (32→64) → ReLU → maxpool 2 →
     linear (64·⌊H/4⌋·⌊W/4⌋ → ``num_features``) → ReLU;  ``head``: dropout 0.5 → linear → logits.
@@ -266,11 +266,11 @@ def train_feature_classifier(
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> FeatureClassifier:
-    """Train :class:`FeatureClassifier` on real labelled images (e.g. the public test split).
+    """Train ``FeatureClassifier`` on real labelled images (e.g. the public test split).
 
     Adam with 10 % hold-out early stopping (patience 2) for at most ``epochs`` epochs, via
-    :func:`lightning_dpot.metrics.utility.train_torch_classifier`. ``images`` must be on the
-    scale later passed to :class:`ClassifierFrechetDistance` (project convention [−1, 1]).
+    ``lightning_dpot.metrics.utility.train_torch_classifier``. ``images`` must be on the
+    scale later passed to ``ClassifierFrechetDistance`` (project convention [−1, 1]).
     """
     epochs = check_positive_int("epochs", epochs)
     if images.ndim != 4:
@@ -296,7 +296,7 @@ def load_or_train_feature_classifier(
 
     The file holds the architecture arguments and the ``state_dict``. When ``path`` does not
     exist, ``images``/``labels`` (real public data) are required; the classifier is trained with
-    :func:`train_feature_classifier` (``train_kwargs`` passed on) and written atomically.
+    ``train_feature_classifier`` (``train_kwargs`` passed on) and written atomically.
     """
     path = Path(path).expanduser()
     if path.is_file():
@@ -349,7 +349,7 @@ class ClassifierFrechetDistance(FrechetInceptionDistance):
     r"""Fréchet distance on a classifier's penultimate features — an offline stand-in, **not FID**.
 
     torchmetrics' ``FrechetInceptionDistance`` with ``feature=`` the map φ =
-    ``feature_extractor`` (by default the penultimate layer of :class:`FeatureClassifier`,
+    ``feature_extractor`` (by default the penultimate layer of ``FeatureClassifier``,
     trained on the real test/public split): d² = ‖μ_r − μ_g‖² + Tr(Σ_r + Σ_g − 2(Σ_r Σ_g)^{1/2})
     between the Gaussian fits of φ on real and generated images, from float64 sums declared with
     ``dist_reduce_fx="sum"`` (the value under DDP equals the single-process value on the union of
@@ -367,12 +367,20 @@ class ClassifierFrechetDistance(FrechetInceptionDistance):
         reset_real_features: whether ``reset()`` also clears the real statistics.
         kwargs: passed on to torchmetrics' ``Metric``.
 
-    Example::
+    Example (a stand-in feature map; in use ``from_classifier_file`` loads the trained
+    classifier)::
 
-        metric = ClassifierFrechetDistance.from_classifier_file("feature_classifier.pt")
-        metric.update(real_images, real=True)
-        metric.update(generated_images, real=False)
-        fd = metric.compute()
+        >>> import torch
+        >>> from torch import nn
+        >>> _ = torch.manual_seed(0)
+        >>> features = nn.Sequential(nn.Flatten(), nn.Linear(64, 4))
+        >>> metric = ClassifierFrechetDistance(features, num_features=4)
+        >>> images = torch.rand(128, 1, 8, 8) * 2 - 1
+        >>> metric.update(images[:64], real=True)
+        >>> metric.update(images[64:], real=False)  # the same law: a small distance
+        >>> metric.update(-torch.ones(64, 1, 8, 8) + 0.01 * torch.rand(64, 1, 8, 8), real=False)
+        >>> 0 < float(metric.compute()) < 1
+        True
     """
 
     log_key = "fd_classifier"

@@ -1,8 +1,8 @@
 """Which metrics to compute and how, decided in one place for ``dpot evaluate``, ``dpot compare``
 and the evaluation callbacks.
 
-A :class:`MetricSelection` maps metric names to the options of their evaluators
-(:mod:`lightning_dpot.metrics.evaluators`):
+A ``MetricSelection`` maps metric names to the options of their evaluators
+(``lightning_dpot.metrics.evaluators``):
 
 * ``frechet`` — FID (``feature_extractor: inception``, the standard InceptionV3 weights) or the
   classifier-feature Fréchet distance (``classifier``, reported as ``fd_classifier``, never as
@@ -14,7 +14,7 @@ A :class:`MetricSelection` maps metric names to the options of their evaluators
 * ``w2`` — exact W₂ to the raw held-out split on subsamples (Reshetova et al. 2024, §IV-C);
 * ``manifold`` — distance to a planar curve and arc coverage (curve sources only).
 
-:meth:`MetricSelection.score` scores given samples against the raw held-out split and returns
+``MetricSelection.score`` scores given samples against the raw held-out split and returns
 one section per metric; callers only format the sections.
 """
 
@@ -62,9 +62,13 @@ class MetricSelection:
 
     Example::
 
-        selection = MetricSelection.parse("fid,w2")  # or {"w2": {"repeats": 5}, ...}
-        sections = selection.score(samples, None, reference, None)
-        sections["w2"]["w2"]
+        >>> import torch
+        >>> _ = torch.manual_seed(0)
+        >>> selection = MetricSelection.parse({"w2": {"subsample": 100, "repeats": 2}})
+        >>> samples, reference = torch.randn(300, 2), torch.randn(300, 2) + 3.0
+        >>> sections = selection.score(samples, None, reference, None)
+        >>> 3.5 < sections["w2"]["w2"] < 5.0  # W₂ of a shift by (3, 3): 3√2 ≈ 4.24
+        True
     """
 
     metrics: Mapping[str, Mapping[str, Any]]
@@ -157,7 +161,7 @@ class MetricSelection:
         * ``w2``: ``w2``, ``w2_stderr``, ``subsample``, ``repeats``;
         * ``manifold``: ``manifold_error``, ``arc_coverage`` (``source``: the data's curve).
 
-        ``frechet``: an evaluator built earlier by :meth:`frechet_evaluator` (to fail before
+        ``frechet``: an evaluator built earlier by ``frechet_evaluator`` (to fail before
         sampling); built here otherwise."""
         sections: dict[str, dict[str, Any]] = {}
         for metric, options in self.metrics.items():

@@ -14,10 +14,10 @@ MLP and CNN hold out 10 % of the training data and stop when the hold-out accura
 improved for 30 consecutive epochs (patience 30); the weights of the best hold-out epoch are
 restored before testing. The paper reports the error rate 1 − accuracy.
 
-:data:`FULL` follows the paper; :data:`QUICK` uses fewer samples and epochs so the metric can be
+``FULL`` follows the paper; ``QUICK`` uses fewer samples and epochs so the metric can be
 logged during training (its numbers are indicative only and are not the paper's protocol).
-Unconditional generators have no labels: :func:`downstream_utility` then raises
-:class:`UnlabelledSamplesError` so callers can skip the metric with that message.
+Unconditional generators have no labels: ``downstream_utility`` then raises
+``UnlabelledSamplesError`` so callers can skip the metric with that message.
 """
 
 from __future__ import annotations
@@ -251,12 +251,12 @@ def downstream_utility(
         synthetic_x: generated samples ``(n, C, H, W)`` (or ``(n, d)`` without ``"cnn"``), on the
             same scale as ``test_x`` (e.g. both in [−1, 1]).
         synthetic_y: integer class labels ``(n,)`` of the generated samples. ``None`` means the
-            generator is unconditional; :class:`UnlabelledSamplesError` is raised.
+            generator is unconditional; ``UnlabelledSamplesError`` is raised.
         test_x: real test samples, same per-sample shape as ``synthetic_x``.
         test_y: real test labels ``(n_test,)``.
         classifiers: any of ``"logreg"``, ``"mlp"``, ``"cnn"``.
-        settings: training settings, :data:`FULL` (the paper's protocol, the default) or
-            :data:`QUICK`.
+        settings: training settings, ``FULL`` (the paper's protocol, the default) or
+            ``QUICK``.
         num_classes: number of classes; default ``max(label) + 1`` over both label sets.
         seed: seeds the subset, hold-out split, shuffling, weight init, dropout and LogReg
             (through local generators; the caller's global RNG state is left unchanged).

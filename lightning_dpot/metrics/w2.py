@@ -11,7 +11,7 @@ the permutation matrices /n), so the exact OT problem is the linear assignment p
 
     W₂(μ, ν)² = min_{π ∈ Sₙ} (1/n) Σᵢ ‖xᵢ − y_{π(i)}‖²₂ ,
 
-solved here exactly with :func:`scipy.optimize.linear_sum_assignment` (Jonker–Volgenant).
+solved here exactly with ``scipy.optimize.linear_sum_assignment`` (Jonker–Volgenant).
 No entropic regularization is involved: this is the unregularized W₂ used as an evaluation
 metric, not the training loss.
 """
@@ -89,7 +89,7 @@ def subsampled_w2(
 
     For r = 1..R, draw index sets I_r ⊂ {1..n_x} and J_r ⊂ {1..n_y} of size m = ``subsample``
     uniformly without replacement (independently for x and y) and compute
-    w_r = W₂(μ_{x[I_r]}, μ_{y[J_r]}) exactly (:func:`w2_distance`). Returns
+    w_r = W₂(μ_{x[I_r]}, μ_{y[J_r]}) exactly (``w2_distance``). Returns
 
         mean = (1/R) Σ_r w_r,   stderr = s / √R,  s² = (1/(R−1)) Σ_r (w_r − mean)².
 

@@ -7,13 +7,13 @@ latent on the unit ball, so the encoders end with ``z = h / ‖h‖₂`` (on the
 a sigmoid (``[0, 1]``), mapped here to ``[-1, 1]`` by ``2·sigmoid − 1`` so that the decoder's
 output is in the data's domain.
 
-* :class:`ConvAutoencoder32` — 32×32 (MNIST / Fashion-MNIST padded from 28×28), latent 8, the
+* ``ConvAutoencoder32`` — 32×32 (MNIST / Fashion-MNIST padded from 28×28), latent 8, the
   architecture of Liutkus et al. (2019) used by Sebag et al. 2023: encoder convs (out, kernel,
   stride, padding) = (3,3,1,1), (32,4,2,0), (32,3,1,1), (32,3,1,1) + ReLU, linear to the bottleneck,
   normalise; decoder linear to 8192 = 32×16×16, convs (32,3,1,1), (32,3,1,1), a transposed conv
   (32,2,2,0) that upsamples 16→32 (the paper lists it among "convolution layers"; a plain conv with
   stride 2 would give 8×8), then a (C,3,1,1) conv; ReLU after each but the last, sigmoid.
-* :class:`DCGANAutoencoder64` — 64×64 CelebA, DCGAN-style: encoder convs (64,3,1,1),
+* ``DCGANAutoencoder64`` — 64×64 CelebA, DCGAN-style: encoder convs (64,3,1,1),
   (128,4,2,1), (256,4,2,1), (512,4,2,1) + LeakyReLU(0.2), linear, normalise; decoder transposed
   convs (512,4,1,0), (256,4,2,1), (128,4,2,1), (64,4,2,1) each + LeakyReLU + BatchNorm (the
   paper's order), then a final (C,4,2,1) transposed conv to 64×64 (the paper's four layers end at
@@ -164,8 +164,8 @@ class DecoderGenerator(nn.Module):
     ``u ~ N(0, I_latent_dim) → image in [-1, 1]``, a fresh, independently initialised decoder.
 
     Args:
-        architecture: ``"conv32"`` (:class:`ConvAutoencoder32`) or ``"dcgan64"``
-            (:class:`DCGANAutoencoder64`).
+        architecture: ``"conv32"`` (``ConvAutoencoder32``) or ``"dcgan64"``
+            (``DCGANAutoencoder64``).
         latent_dim: input size.
         channels: image channels.
     """

@@ -1,19 +1,19 @@
 """DCGAN generators (Radford, Metz, Chintala 2015) as used in Reshetova et al. 2024 and
 Cao et al. 2021.
 
-- :class:`DCGANGenerator`: the image generator of Reshetova et al. 2024, §IV-B (latent 100, tanh
+- ``DCGANGenerator``: the image generator of Reshetova et al. 2024, §IV-B (latent 100, tanh
   output), with a switch to remove batch normalization (§IV-F), for any image side of the form
   s = base·2^k (28 = 7·2², 32 = 4·2³, 64 = 4·2⁴).
-- :class:`ConditionalDCGANGenerator`: the class-conditional generator of DP-Sinkhorn
+- ``ConditionalDCGANGenerator``: the class-conditional generator of DP-Sinkhorn
   (Cao et al. 2021, App. D.3): latent 12 + class embedding 4 → 256×7×7 → [128, 64, 1] channels.
 
 The latent distribution belongs to the training module (``latent_range`` of
-:class:`~lightning_dpot.methods.base`): Reshetova et al. 2024 use Unif[0, 1]^100 for the DCGAN,
+``base``): Reshetova et al. 2024 use Unif[0, 1]^100 for the DCGAN,
 and the official DP-Sinkhorn code draws Unif[0, 1]^12 (``torch.rand``). Each generator records
 the paper's choice in ``paper_latent_range`` and its input size in ``latent_dim``.
 
 Every forward returns images of shape (B, C, H, W) in [−1, 1] (tanh output), matching the
-declared bounds of the image sources in :mod:`lightning_dpot.data.images`.
+declared bounds of the image sources in ``lightning_dpot.data.images``.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _up_block(
 ) -> list[nn.Module]:
     """ConvTranspose2d → [BatchNorm2d] → ReLU; the conv has no bias when batch norm follows
     (the norm's shift replaces it). From a 1 × 1 input (``kernel`` = the output side, stride 1)
-    the conv is a :class:`LatentProjection`."""
+    the conv is a ``LatentProjection``."""
     conv = LatentProjection if (stride, padding) == (1, 0) else nn.ConvTranspose2d
     layers: list[nn.Module] = [
         conv(in_channels, out_channels, kernel, stride, padding, bias=not batch_norm)
@@ -89,7 +89,7 @@ class DCGANGenerator(nn.Module):
     """DCGAN generator z ∈ R^latent_dim → image (channels, image_size, image_size) in [−1, 1].
 
     Architecture (Radford et al. 2015, the generator of Reshetova et al. 2024, §IV-B), with
-    ``image_size = base · 2^k`` (:func:`dcgan_base_size`) and h = ``hidden_channels``:
+    ``image_size = base · 2^k`` (``dcgan_base_size``) and h = ``hidden_channels``:
 
         z (latent_dim×1×1) → ConvT(kernel base) → h·2^(k−1) × base × base
           → k−1 × [ConvT(4, stride 2, pad 1), halving channels] → h × s/2 × s/2

@@ -1,8 +1,8 @@
 """Standalone samplers: a trained model and its sampling rule as one TorchScript-able module.
 
-:func:`lightning_dpot.export.export_generator` compiles one of these with ``torch.jit.script``
+``lightning_dpot.export.export_generator`` compiles one of these with ``torch.jit.script``
 and saves it; the file then samples with plain torch (``torch.jit.load(path).sample(n,
-seed=0)``), without this package. Every sampler (:class:`StandaloneSampler`) has
+seed=0)``), without this package. Every sampler (``StandaloneSampler``) has
 
 * ``sample(n, seed=None) -> x``: ``n`` records ``(n, *record_shape)`` on the sampler's device
   (the CPU as saved; ``.to("cuda")`` or ``torch.jit.load(..., map_location="cuda")`` moves it);
@@ -15,11 +15,11 @@ seed=0)``), without this package. Every sampler (:class:`StandaloneSampler`) has
 
 Three kinds:
 
-* :class:`GeneratorSampler`: x = G(z), z ~ Unif[low, high]^d or N(0, I_d); ``forward(z)`` is
+* ``GeneratorSampler``: x = G(z), z ~ Unif[low, high]^d or N(0, I_d); ``forward(z)`` is
   G(z);
-* :class:`ConditionalGeneratorSampler`: y ~ Unif{0, …, L−1}, then z as above, x = G(z, y);
+* ``ConditionalGeneratorSampler``: y ~ Unif{0, …, L−1}, then z as above, x = G(z, y);
   ``sample_labeled(n, seed) -> (x, y)``, and ``forward(z, labels)``;
-* :class:`ParticleSampler`: the N particles of a particle flow (Sebag et al. 2023), released
+* ``ParticleSampler``: the N particles of a particle flow (Sebag et al. 2023), released
   latents kept as they are and decoded on the way out by the public decoder; ``sample`` draws
   ``n ≤ N`` of them without replacement, ``forward(index)`` decodes the particles ``index``.
   More samples would need a new flow (new private releases).
@@ -136,7 +136,7 @@ class LatentSampler(StandaloneSampler):
         return z.to(self.device_marker.device)
 
     def example_inputs(self) -> tuple[Tensor, ...]:
-        """Two rows of the network's inputs (for :meth:`trace_network`)."""
+        """Two rows of the network's inputs (for ``trace_network``)."""
         raise NotImplementedError
 
     def trace_network(self) -> None:
@@ -144,7 +144,7 @@ class LatentSampler(StandaloneSampler):
 
 
 class GeneratorSampler(LatentSampler):
-    """x = G(z), z from the latent law (:class:`LatentSampler`, whose arguments it takes but
+    """x = G(z), z from the latent law (``LatentSampler``, whose arguments it takes but
     ``kind``)."""
 
     def __init__(
@@ -180,7 +180,7 @@ class ConditionalGeneratorSampler(LatentSampler):
     Args:
         generator: the network ``(z, labels) → records``.
         num_classes: L.
-        latent_dim, latent, low, high: as :class:`LatentSampler`.
+        latent_dim, latent, low, high: as ``LatentSampler``.
     """
 
     def __init__(
@@ -220,7 +220,7 @@ class ConditionalGeneratorSampler(LatentSampler):
 
     @torch.jit.export
     def sample(self, n: int, seed: int | None = None) -> Tensor:
-        """The records of :meth:`sample_labeled`."""
+        """The records of ``sample_labeled``."""
         return self.sample_labeled(n, seed)[0]
 
 
@@ -254,7 +254,7 @@ class ParticleSampler(StandaloneSampler):
     Args:
         particles: ``(N, d)``, post-processing of the flow's private releases (a detached CPU
             copy is kept as the buffer ``particles``).
-        decoder: latents → records (:class:`LatentDecoder` or :class:`Reshape`; kept as given).
+        decoder: latents → records (``LatentDecoder`` or ``Reshape``; kept as given).
     """
 
     def __init__(self, particles: Tensor, decoder: nn.Module) -> None:

@@ -6,7 +6,7 @@ The thresholds are measured (docs/performance.md, "Backends"):
 * ``newton`` when the smaller cloud has at most ``NEWTON_MAX_POINTS`` points and
   λ ≤ ``NEWTON_MAX_RATIO``·diameter^p, where plain sweeps take thousands of iterations;
 * on the CPU, ``multiscale`` for the ℓ1 cost in d ≤ 2 from ``LAPLACE_MIN_PAIRS`` pairs (the exact
-  kernel of :mod:`~lightning_dpot.ot.laplace`, plain torch);
+  kernel of ``lightning_dpot.ot.laplace``, plain torch);
 * without a working KeOps, ``tensorized``;
 * on a GPU, ``tensorized`` while the dense solve fits in the memory limit (dense sweeps are fast
   there), then ``multiscale`` (d ≤ 3) or ``online``;

@@ -7,7 +7,7 @@ Each cost is given twice, as the same function:
   coordinate on a GPU in d ≤ 8; the squared Euclidean cost through ‖x‖² + ‖y‖² − 2⟨x, y⟩
   accumulated in place in one ``N × M`` buffer);
 * as a KeOps formula in the variables ``X`` (indexed by i) and ``Y`` (indexed by j), for the
-  O(N + M)-memory backends (:mod:`lightning_dpot.ot.keops`).
+  O(N + M)-memory backends (``lightning_dpot.ot.keops``).
 
 The costs are exact: ‖x − y‖₂² (not geomloss' ½‖x − y‖²) and ‖x − y‖₁ (not the Euclidean norm
 geomloss uses for p = 1); see docs/design.md#entropic-p-wgan.

@@ -4,7 +4,7 @@ Ground cost (Cao et al. 2021, §5 "Architectures & Hyperparameters", App. D.3)::
 
     c_m(x, y) = ‖x − y‖₂² + m · ‖x − y‖₁            (m = 1 MNIST, m = 3 Fashion-MNIST),
 
-computed as ``squared_euclidean_cost + m · l1_cost`` (:mod:`lightning_dpot.ot.costs`): no
+computed as ``squared_euclidean_cost + m · l1_cost`` (``lightning_dpot.ot.costs``): no
 ``N × M × D`` intermediate. For class-conditional generation each record is replaced by
 ``[x, α_c · onehot(l)]`` (App. D.3, α_c = 15), so pairs of different classes pay an extra
 ``2α_c² + 2mα_c`` and the transport plan is pushed towards class-matched pairs.
@@ -14,15 +14,15 @@ Entropic OT (App. C, Algorithm 3) between uniform point clouds, temperature λ i
     f_i ← −λ LSE_k(log ν_k + (g_k − C_ik)/λ),   g_j ← −λ LSE_k(log μ_k + (f_k − C_kj)/λ),
     Ŵ_λ(X, Y) = ⟨μ, f⟩ + ⟨ν, g⟩,
 
-solved by :class:`~lightning_dpot.ot.sinkhorn.EntropicSolver` with this cost. The paper's
+solved by ``EntropicSolver`` with this cost. The paper's
 solves (50 × 70 points, λ = 0.05 against a cost bound D² ≈ 5,000: λ/D² ≈ 10⁻⁵) are where
 Sinkhorn crawls — geomloss' ε-scaling, which Cao et al. (2021, App. D.3) used, stops after one
 sweep at the target with a marginal violation of 0.1–0.5, and sweeping on to a tolerance of
 10⁻³ takes 18,000–31,000 sweeps. ``auto`` therefore solves them with the ``newton`` backend
-(:mod:`lightning_dpot.ot.newton`): a fixed-budget predictor–corrector path from D² to λ, whose
+(``lightning_dpot.ot.newton``): a fixed-budget predictor–corrector path from D² to λ, whose
 work depends on the sizes, λ and D only. With ``fixed_budget`` (private runs) that is all it
 does: no convergence statistic of a solve on real records is computed or kept. The path starts
-at ``diameter²``, which must bound the cost: the public bound :func:`mixed_cost_diameter` of the
+at ``diameter²``, which must bound the cost: the public bound ``mixed_cost_diameter`` of the
 declared data range, never a value estimated from the data.
 
 Semi-debiased Sinkhorn loss (Def. 4.3, eq. 6), for ``n + n'`` generated rows X, ``n' = ⌊n·p⌋``,
@@ -104,7 +104,7 @@ class SemiDebiasedSinkhorn(nn.Module):
         debias_fraction: p ∈ [0, 1] (paper 0.4; official code 0.2).
         num_classes: number of labels for class conditioning, or ``None`` (unconditional).
         class_weight: α_c of the one-hot class features (paper 15).
-        diameter: public bound D with D² ≥ the largest cost (:func:`mixed_cost_diameter`).
+        diameter: public bound D with D² ≥ the largest cost (``mixed_cost_diameter``).
         scaling: ε-scaling ratio in (0, 1) of the Sinkhorn backends; 0.5 is geomloss' default,
             which the paper kept ("all other hyperparameters are kept at their default values",
             D.3). It only sets the annealing: every solve then iterates at λ until ``tol``.
@@ -116,7 +116,7 @@ class SemiDebiasedSinkhorn(nn.Module):
             stopping test, iteration count or marginal error, which would be facts about the real
             records (private runs). ``last_info`` stays ``None``.
         cuda_graphs: on a GPU, replay each solve's fixed path as a captured CUDA graph
-            (:mod:`~lightning_dpot.ot.graphs`); no effect on the CPU.
+            (``lightning_dpot.ot.graphs``); no effect on the CPU.
     """
 
     def __init__(
@@ -158,7 +158,7 @@ class SemiDebiasedSinkhorn(nn.Module):
 
     def entropic_ot(self, x: Tensor, y: Tensor) -> Tensor:
         """Ŵ_λ(x, y) for feature clouds ``(N, D)``, ``(M, D)`` with uniform weights; the solve's
-        :class:`SinkhornInfo` is kept in ``last_info`` (after :meth:`forward`: the cross
+        ``SinkhornInfo`` is kept in ``last_info`` (after ``forward``: the cross
         term's)."""
         value, self.last_info = self.solver(x, y)
         return value
@@ -174,7 +174,7 @@ class SemiDebiasedSinkhorn(nn.Module):
     ) -> Tensor:
         """Ŝ over generated ``x`` (``n + n'`` rows, any trailing shape), real ``y`` (m rows),
         ``num_cross`` = n; labels are required when ``num_classes`` is set. Computed outside
-        autocast, in at least float32 (:mod:`lightning_dpot.ot.precision`).
+        autocast, in at least float32 (``lightning_dpot.ot.precision``).
 
         An empty ``y`` (an empty Poisson batch) has no cross term; the debias term needs no real
         data and is still computed, so the gradient's debias rows are what they are with data

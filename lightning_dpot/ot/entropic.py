@@ -2,7 +2,7 @@
 
     W_{p,λ}(μ, ν) = min_{π ∈ Π(μ, ν)} ⟨π, C⟩ + λ · KL(π ‖ μ⊗ν),   C_ij = ‖x_i − y_j‖_p^p.
 
-Solved by :class:`~lightning_dpot.ot.sinkhorn.EntropicSolver` with the exact cost (ℓ1 for p = 1,
+Solved by ``EntropicSolver`` with the exact cost (ℓ1 for p = 1,
 ‖·‖₂² for p = 2), so the value is exactly W_{p,λ} in the cost's own units: no blur conversion is
 needed. (geomloss' built-in p = 2 cost is ½‖·‖², with which W_{2,λ}(‖·‖²) = 2·OT_{λ/2}(½‖·‖²), i.e.
 blur = √(λ/2) and the value doubled; its p = 1 cost is Euclidean, not ℓ1; see
@@ -10,7 +10,7 @@ docs/design.md#entropic-p-wgan.) The annealing starts at ``diameter^p``, where `
 bound ‖x − y‖_p: a fixed public value, never estimated from data.
 
 Every solve ends at the target λ only once the marginal violation is below ``tol``; the last
-solve's :class:`~lightning_dpot.ot.sinkhorn.SinkhornInfo` is kept in ``last_info``.
+solve's ``SinkhornInfo`` is kept in ``last_info``.
 """
 
 from __future__ import annotations
@@ -34,23 +34,25 @@ class EntropicOT(nn.Module):
         tol: tolerance on the row-marginal violation ‖π1 − a‖₁ at ε = λ.
         max_iter: cap on the Sinkhorn sweeps at ε = λ.
         backend: ``auto`` | ``tensorized`` | ``newton`` | ``online`` | ``multiscale``
-            (:mod:`lightning_dpot.ot.sinkhorn`).
+            (``lightning_dpot.ot.sinkhorn``).
 
     Raises:
         ValueError: ``p`` other than 1 or 2, or an argument that
-            :class:`~lightning_dpot.ot.sinkhorn.EntropicSolver` refuses (named in the message);
+            ``EntropicSolver`` refuses (named in the message);
             at a call, clouds that are not ``(N, D)`` and ``(M, D)``.
         RuntimeError: at a call, ``online`` or ``multiscale`` without a working KeOps.
 
     Example::
 
-        import torch
-        from lightning_dpot.ot import EntropicOT
-
-        loss_fn = EntropicOT(p=2, entropic_reg=0.05, diameter=1.5, debias=True)
-        x = torch.rand(128, 2, requires_grad=True)  # unit square: distances ≤ √2 ≤ 1.5
-        loss = loss_fn(x, torch.rand(128, 2))  # the Sinkhorn divergence, a scalar
-        loss.backward()
+        >>> import torch
+        >>> from lightning_dpot.ot import EntropicOT
+        >>> _ = torch.manual_seed(0)
+        >>> loss_fn = EntropicOT(p=2, entropic_reg=0.05, diameter=1.5, debias=True)
+        >>> x = torch.rand(128, 2, requires_grad=True)  # unit square: distances ≤ √2 ≤ 1.5
+        >>> loss = loss_fn(x, torch.rand(128, 2))  # the Sinkhorn divergence, a scalar
+        >>> loss.backward()
+        >>> loss.shape, x.grad.shape, loss_fn.last_info.converged
+        (torch.Size([]), torch.Size([128, 2]), True)
     """
 
     def __init__(

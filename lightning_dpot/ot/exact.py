@@ -38,7 +38,7 @@ class ExactOT(nn.Module):
     @full_precision
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         """W_p^p of ``x`` and ``y``, outside autocast in at least float32
-        (:mod:`lightning_dpot.ot.precision`)."""
+        (``lightning_dpot.ot.precision``)."""
         if x.shape[0] != y.shape[0] or x.shape[0] > self.max_exact_batch:
             if not self._warned:
                 warnings.warn(

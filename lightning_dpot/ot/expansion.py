@@ -22,18 +22,18 @@ of N·M. With T = 2 max‖u‖ max‖v‖/ε, every pair's weight keeps a relati
 so every sum over j does too: |f̂ − f|/ε ≤ −log(1 − ρ), and the conditional mean E_π[s | q_i],
 which gives the gradient ∂f_i/∂q_i = 2(q_i − E_π[s | q_i]), is a mean under weights within a
 relative ρ of the exact ones (its moments need order k + 1 in v). Cells are cubes of side
-:func:`expansion_side`, chosen so that ρ stays below a target at the solve's ε; T depends on the
-product of the two clouds' radii only, so their cubes may differ (:func:`cell_ratio`).
+``expansion_side``, chosen so that ρ stays below a target at the solve's ε; T depends on the
+product of the two clouds' radii only, so their cubes may differ (``cell_ratio``).
 
-The order is k = 4 (2 in 1-D, :func:`order_for`): at ρ = 10⁻⁴, T = 0.37 against 0.083 at k = 2,
+The order is k = 4 (2 in 1-D, ``order_for``): at ρ = 10⁻⁴, T = 0.37 against 0.083 at k = 2,
 cubes 2.1× wider, and in 3-D 9× fewer cells outweigh 3.5× more moments per pair of cells
 (20,000 × 20,000 points in [−1, 1]³ against a noisy sphere: 0.19 s against 0.84 s a solve).
 
 All pairs of (query cell, source cell) are computed in batched products, without a loop over
 cells: the cells, sorted by size, are cut into a few ranges padded to a common size
-(:meth:`Grid.groups`); the moments are one product (query cells × padded points)·(padded points ×
+(``Grid.groups``); the moments are one product (query cells × padded points)·(padded points ×
 α) per source cell, the queries one product (padded points × source cells)·(source cells × α)
-per query cell; no temporary exceeds :data:`CHUNK_ELEMENTS` but a single cell's points.
+per query cell; no temporary exceeds ``CHUNK_ELEMENTS`` but a single cell's points.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def expansion_side(eps: float, dim: int, rho: float, order: int = ORDER) -> floa
 
 
 def order_for(dim: int) -> int:
-    """The solver's order k in dimension ``dim``: :data:`ORDER`, but 2 in 1-D, where the wider
+    """The solver's order k in dimension ``dim``: ``ORDER``, but 2 in 1-D, where the wider
     cells of order 4 cut the work little (cells ∝ side^{−1}) and left a value 8× less accurate on
     the 1-D contract test (2.9e-4 against 3.7e-5, at λ = diameter², within the bound)."""
     return 2 if dim == 1 else ORDER
@@ -126,7 +126,7 @@ def _size_class(size: int) -> int:
 def _partition(sizes: list[int], other: int) -> list[tuple[int, int]]:
     """Ranges ``[c0, c1)`` of the cells (``sizes`` ascending), each to be padded to its largest
     size, minimizing Σ_ranges GROUP_COST + other·(c1 − c0)·size_{c1−1}: dynamic programming over
-    the runs of equal :func:`_size_class`."""
+    the runs of equal ``_size_class``."""
     ends = [c + 1 for c in range(len(sizes)) if c + 1 == len(sizes)
             or _size_class(sizes[c + 1]) != _size_class(sizes[c])]  # fmt: skip
     bounds = [0, *ends]
@@ -191,7 +191,7 @@ class Grid:
 
     @staticmethod
     def fits(cloud: Tensor, side: float) -> bool:
-        """Whether the cloud's bounding box spans fewer than :data:`MAX_BOX_CELLS` cubes (the
+        """Whether the cloud's bounding box spans fewer than ``MAX_BOX_CELLS`` cubes (the
         cell keys are int64)."""
         extent = torch.floor(cloud.amax(0) / side) - torch.floor(cloud.amin(0) / side) + 1
         return bool(torch.isfinite(extent).all()) and float(extent.double().prod()) < MAX_BOX_CELLS
@@ -200,7 +200,7 @@ class Grid:
         return len(self.sizes)
 
     def groups(self, other: int) -> list[tuple[int, int, Tensor]]:
-        """The cells in ranges ``[c0, c1)`` of :func:`_partition` (each cell's work ∝ ``other``
+        """The cells in ranges ``[c0, c1)`` of ``_partition`` (each cell's work ∝ ``other``
         times its padded size), with the ``(c1 − c0, S)`` index of their points padded to the
         largest size S (the pad index is n, one past the last point)."""
         if other not in self._groups:
@@ -230,14 +230,14 @@ class _WithGradient(torch.autograd.Function):
 
 def _pad(values: Tensor, fill: float) -> Tensor:
     """``values`` with one more row of ``fill``, at the pad index ``len(values)`` of
-    :meth:`Grid.groups`."""
+    ``Grid.groups``."""
     return torch.cat([values, values.new_full((1, *values.shape[1:]), fill)])
 
 
 def _tiles(qgrid: Grid, other: int, k0: int, k1: int):
     """The padded points of the query cells in ``[k0, k1)``, in tiles of at most
-    max(1, :data:`CHUNK_ELEMENTS` // ``other``) points: pairs of the tile's first cell minus
-    ``k0`` and its ``(G, S)`` index (:meth:`Grid.groups`)."""
+    max(1, ``CHUNK_ELEMENTS`` // ``other``) points: pairs of the tile's first cell minus
+    ``k0`` and its ``(G, S)`` index (``Grid.groups``)."""
     for c0, c1, index in qgrid.groups(other):
         lo, hi = max(c0, k0), min(c1, k1)
         size = index.shape[1]
@@ -296,13 +296,13 @@ def expanded_softmin(
     2(q_i − Ê[s | q_i]) (module docstring); no graph through the sums is kept.
 
     For q_i = a_K + u_i, with B_iL = log m_KL − ‖a_K − c_L‖²/ε + 2⟨u_i, c_L⟩/ε (m_KL = M_KL0,
-    :func:`_moments`) and U_iα = (2/ε)^{|α|} u_i^α/α!,
+    ``_moments``) and U_iα = (2/ε)^{|α|} u_i^α/α!,
 
         f_i = ‖u_i‖² + 2⟨u_i, a_K⟩ − ε log Σ_L e^{B_iL} Σ_α U_iα M_KLα / m_KL,
         Ê[s_r | q_i] = Σ_L e^{B_iL} Σ_α U_iα (c_Lr M_KLα + M_KL(α+e_r)) / m_KL / (the sum in f_i),
 
-    for blocks of query cells (moments of at most :data:`CHUNK_ELEMENTS`), on the points of
-    cells of similar sizes padded into batches (:meth:`Grid.groups`).
+    for blocks of query cells (moments of at most ``CHUNK_ELEMENTS``), on the points of
+    cells of similar sizes padded into batches (``Grid.groups``).
     """
     q = query.detach()
     dim = q.shape[1]

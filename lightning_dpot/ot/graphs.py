@@ -1,6 +1,6 @@
 r"""The fixed-budget Newton solve captured as CUDA graphs and replayed.
 
-:func:`~lightning_dpot.ot.newton.semi_dual_potential` runs the same sequence of about 1,600 small
+``semi_dual_potential`` runs the same sequence of about 1,600 small
 operations for every problem of a given shape (B, N, M), whatever the data: its work is fixed
 by design, so that a solve on private records reveals nothing through an iteration count, and it
 reads no value back to the host. That is what a CUDA graph needs. On a GPU the operations are
@@ -8,7 +8,7 @@ tiny (N, M ≈ 50) and their launch, not their arithmetic, is the cost; a captur
 the whole sequence at the cost of one launch (``torch.cuda.CUDAGraph``; Nvidia, *CUDA
 Programming Guide*, §"CUDA Graphs").
 
-:class:`CapturedPotentials` captures one graph per (shape, dtype, device, ε₀, λ) on its first
+``CapturedPotentials`` captures one graph per (shape, dtype, device, ε₀, λ) on its first
 use: two warm-up runs on a side stream (cuBLAS/cuSOLVER handles and workspaces are created
 outside the capture), then the capture, with cuSOLVER as the linear-algebra library (its
 batched Cholesky is captured as device kernels; MAGMA's waits on the host). Each later call
@@ -73,7 +73,7 @@ class _Graph:
 
 
 class CapturedPotentials:
-    """:func:`~lightning_dpot.ot.newton.semi_dual_potential` with one CUDA graph per problem
+    """``semi_dual_potential`` with one CUDA graph per problem
     shape (module docstring); the eager function on the CPU. Called like it, with a batch of
     costs ``(B, N, M)`` or one ``(N, M)``."""
 

@@ -45,7 +45,7 @@ def keops_import_error() -> str | None:
     not found or could not be loaded; Switching to CPU only", "cuda was detected, but driver
     API could not be initialized", …). They go to this module's debug log instead: stdout is
     kept for the commands' JSON, and the backends check the device themselves
-    (:func:`keops_cuda_error`)."""
+    (``keops_cuda_error``)."""
     notices = io.StringIO()
     try:
         with contextlib.redirect_stdout(notices):

@@ -1,6 +1,6 @@
 r"""Exact softmin of the ℓ1 cost in d ≤ 2 without touching all N·M pairs.
 
-The multiscale backend's kernel for p = 1 (:mod:`lightning_dpot.ot.sinkhorn`): for queries q_i
+The multiscale backend's kernel for p = 1 (``lightning_dpot.ot.sinkhorn``): for queries q_i
 and sources s_j with log-weights h_j,
 
     f_i = −ε LSE_j(h_j − ‖q_i − s_j‖₁/ε),
@@ -19,7 +19,7 @@ evaluation of the Laplace kernel), in 2-D, prefix sums over a grid.
 
 **Grid.** Each coordinate is cut into half-open blocks, the same for both clouds: at the ends of
 the clouds' overlap and, inside it, at B quantiles taken half from each cloud, B =
-:data:`BLOCKS_SCALE` · (n·m)^{1/3} with n, m the points of each cloud inside the overlap (in
+``BLOCKS_SCALE`` · (n·m)^{1/3} with n, m the points of each cloud inside the overlap (in
 1-D: at every value and just above it, one block per distinct value). A source in a block below
 (above) the query's along axis k has s_k < q_k (s_k > q_k), strictly. A far pair, in different
 blocks along every axis, therefore has a known quadrant: its sum is read from 2^d tables over
@@ -31,7 +31,7 @@ pairs, O(N + M) lookups. The 2,000 × 400,000 points of Reshetova et al. (2024),
 485 blocks and 1.5 million near pairs instead of 8·10⁸ pairs. In 1-D only exact ties are near.
 
 **Rounding.** All sums are of positive terms in float64, the result is cast to the input dtype.
-With R = max h − min h + D/ε ≤ :data:`LINEAR_RANGE` (D: the ℓ1 diameter of both clouds) every
+With R = max h − min h + D/ε ≤ ``LINEAR_RANGE`` (D: the ℓ1 diameter of both clouds) every
 term e^{h_j − C_ij/ε − max h} and every factor lies in [e^{−R}, e^{R}], normal floats, and the
 tables are plain cumulative sums; otherwise (small ε, extreme potentials) they are cumulative
 LSEs (``torch.logcumsumexp``) with each cell's and each query's largest term taken out. Either
@@ -39,9 +39,9 @@ way the kernel's ``relative_error`` is 0.
 
 **Gradient.** ∂f_i/∂q_i = Σ_j π_ij sign(q_i − s_j), π_ij = e^{h_j − C_ij/ε}/Σ_j' e^{h_j' − C_ij'/ε}
 the row-normalized plan: the sign is σ for a far source of quadrant σ, so the backward of
-:class:`_Softmin` weighs the same 2^d quadrant sums and near pairs its forward kept. A near pair
+``_Softmin`` weighs the same 2^d quadrant sums and near pairs its forward kept. A near pair
 with q_k = s_k (a tie) contributes sign 0 along k, as the autograd of |q_k − s_k| in
-:func:`~lightning_dpot.ot.costs.l1_cost` (``torch.cdist``) does. The softmin is differentiable
+``l1_cost`` (``torch.cdist``) does. The softmin is differentiable
 in the queries only: the Sinkhorn solver passes detached potentials.
 """
 
@@ -65,9 +65,9 @@ MAX_NEAR = 0.25  # at most this share of the N·M pairs near, else the truncated
 
 def _cuts(a: Tensor, b: Tensor, per_value: bool) -> Tensor:
     """Sorted cut values of one coordinate of two clouds ``a``, ``b``: the ends of their
-    overlap and, inside it, B = :data:`BLOCKS_SCALE`·(n·m)^{1/3} quantiles taken half from each
+    overlap and, inside it, B = ``BLOCKS_SCALE``·(n·m)^{1/3} quantiles taken half from each
     cloud (n, m: the points of ``a``, ``b`` in the overlap, both estimated on even samples of
-    at most :data:`QUANTILE_SAMPLE` points); with ``per_value``, every value and the next float
+    at most ``QUANTILE_SAMPLE`` points); with ``per_value``, every value and the next float
     above it (blocks of one value each). Blocks outside the overlap hold points of one cloud
     only."""
     up = a.new_tensor(torch.inf)
@@ -119,7 +119,7 @@ def _near_runs(block_x: list[Tensor], block_y: list[Tensor], shape: list[int]):
 def _near_pairs(
     block_x: list[Tensor], block_y: list[Tensor], shape: list[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The near pairs (i, j) of :func:`_near_runs`, each once and by i, and the number of pairs
+    """The near pairs (i, j) of ``_near_runs``, each once and by i, and the number of pairs
     of each i. Only runs of sorted y are listed; no pair is tested."""
     starts, ends, orders = _near_runs(block_x, block_y, shape)
     counts = ends - starts
@@ -207,7 +207,7 @@ class SoftminPlan:
         ``(Q, 2^d)`` and one per near pair ``(P,)``, their sums over j ``(Q,)`` and the shifts
         m ``(Q,)``: LSE_i = m_i + log(sum_i).
 
-        With R = max h − min h + diameter/ε ≤ :data:`LINEAR_RANGE`, every term lies in
+        With R = max h − min h + diameter/ε ≤ ``LINEAR_RANGE``, every term lies in
         [e^{−R}, 1] for m = max h, a normal float64: the tables are plain cumulative sums.
         Otherwise they are cumulative LSEs and m_i is each query's largest term."""
         h = h.detach().double()
@@ -245,7 +245,7 @@ class SoftminPlan:
                 _exclusive_(scan, grid.select(dim + k, side), k, reverse=bool(side), pad=pad)
 
     def sign_means(self, far: Tensor, near: Tensor, total: Tensor) -> Tensor:
-        """Σ_j π_ij sign(q_i − s_j) ``(Q, d)`` from :meth:`weights`: π_ij = term / sum_i."""
+        """Σ_j π_ij sign(q_i − s_j) ``(Q, d)`` from ``weights``: π_ij = term / sum_i."""
         grad = (far / total[:, None]) @ self.signs
         weight = near / total.index_select(0, self.pair_query)
         for k in range(grad.shape[1]):
@@ -301,7 +301,7 @@ def _grid(x: Tensor, y: Tensor):
 
 
 def near_pair_count(x: Tensor, y: Tensor) -> int:
-    """How many pairs :class:`LaplaceKernel` would list as near, without listing them (its
+    """How many pairs ``LaplaceKernel`` would list as near, without listing them (its
     memory grows with it: ~66 bytes per pair). Ties defeat the blocks: points on a line, or on a
     few values of a coordinate, make most pairs near."""
     px, py, cuts, shape, _ = _grid(x, y)
@@ -313,7 +313,7 @@ def near_pair_count(x: Tensor, y: Tensor) -> int:
 
 class LaplaceKernel:
     """The softmin of the ℓ1 cost C_ij = ‖x_i − y_j‖₁ between clouds in d ≤ 2, exact up to
-    float64 rounding (module docstring): a :class:`~lightning_dpot.ot.loop.SoftminKernel` with
+    float64 rounding (module docstring): a ``SoftminKernel`` with
     ``relative_error`` 0."""
 
     def __init__(self, x: Tensor, y: Tensor) -> None:
@@ -349,12 +349,12 @@ class LaplaceKernel:
         return _softmin(self.plan_y, eps, h_x).to(self.y.dtype)
 
     def softmin_x_grad(self, eps: float, h_y: Tensor) -> Tensor:
-        """:meth:`softmin_x`, differentiable in x (also under ``torch.no_grad``)."""
+        """``softmin_x``, differentiable in x (also under ``torch.no_grad``)."""
         with torch.enable_grad():
             return _Softmin.apply(self.x, self.plan_x, eps, h_y)
 
     def softmin_y_grad(self, eps: float, h_x: Tensor) -> Tensor:
-        """:meth:`softmin_y`, differentiable in y (also under ``torch.no_grad``)."""
+        """``softmin_y``, differentiable in y (also under ``torch.no_grad``)."""
         with torch.enable_grad():
             return _Softmin.apply(self.y, self.plan_y, eps, h_x)
 
@@ -366,8 +366,8 @@ def is_l1_kernel_cost(cost: GroundCost, dim: int) -> bool:
 
 def laplace_applies(cost: GroundCost, x: Tensor, y: Tensor) -> bool:
     """Whether the multiscale backend runs the exact kernel on these clouds:
-    :func:`is_l1_kernel_cost` and at most ``MAX_NEAR`` of the N·M pairs near
-    (:func:`near_pair_count`); otherwise the truncated KeOps kernel runs."""
+    ``is_l1_kernel_cost`` and at most ``MAX_NEAR`` of the N·M pairs near
+    (``near_pair_count``); otherwise the truncated KeOps kernel runs."""
     if not is_l1_kernel_cost(cost, x.shape[1]):
         return False
     return near_pair_count(x, y) <= MAX_NEAR * x.shape[0] * y.shape[0]

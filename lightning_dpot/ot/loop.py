@@ -7,8 +7,8 @@ c-transforms
 
 so that f ← softmin_x(ε, log b + g/ε) and g ← softmin_y(ε, log a + f/ε) are one Sinkhorn sweep
 (Feydy et al. 2019). The loop below never looks inside a kernel; the dense, KeOps, Taylor and
-exact ℓ1 kernels (:mod:`~lightning_dpot.ot.dense`, :mod:`~lightning_dpot.ot.keops`,
-:mod:`~lightning_dpot.ot.taylor`, :mod:`~lightning_dpot.ot.laplace`) all plug in, as geomloss'
+exact ℓ1 kernels (``lightning_dpot.ot.dense``, ``lightning_dpot.ot.keops``,
+``lightning_dpot.ot.taylor``, ``lightning_dpot.ot.laplace``) all plug in, as geomloss'
 ``sinkhorn_loop`` takes its softmin as an argument.
 
 **Schedule.** ε-scaling from ε₀ = diameter^p down to λ in ratios ``scaling^p`` (geomloss'
@@ -17,7 +17,7 @@ row-marginal violation of the plan π_ij = a_i b_j e^{(f_i + g_j − C_ij)/λ},
 
     err = ‖π1 − a‖₁ = Σ_i a_i |e^{(f_i − f̃_i)/λ} − 1|,   f̃ = the next f-update,
 
-is at most ``tol`` (:func:`converge`).
+is at most ``tol`` (``converge``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class SoftminKernel(Protocol):
     ``softmin_x`` / ``softmin_y`` run without autograd (the sweeps); ``softmin_x_grad`` /
     ``softmin_y_grad`` are the same maps differentiable in ``x`` / ``y`` (the last, envelope
     pass). ``relative_error(ε)`` is a certified bound ρ on the relative error of every sum the
-    kernel forms at ε (0 for exact kernels); ``name`` goes into :class:`SinkhornInfo`."""
+    kernel forms at ε (0 for exact kernels); ``name`` goes into ``SinkhornInfo``."""
 
     name: str
     x: Tensor
@@ -96,7 +96,7 @@ def anneal(
     kernel: SoftminKernel, log_a: Tensor, log_b: Tensor, f: Tensor, g: Tensor, eps_list: list[float]
 ) -> tuple[Tensor, Tensor]:
     """For each consecutive (ε, ε') of ``eps_list``: f = T_ε(g), then g = T_ε'(f). With two or
-    more ε, the returned (f, g) has g = T_{ε_last}(f), the start :func:`converge` needs."""
+    more ε, the returned (f, g) has g = T_{ε_last}(f), the start ``converge`` needs."""
     for eps, eps_next in zip(eps_list, eps_list[1:], strict=False):
         f = kernel.softmin_x(eps, log_b + g / eps)
         g = kernel.softmin_y(eps_next, log_a + f / eps_next)

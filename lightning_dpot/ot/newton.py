@@ -29,7 +29,7 @@ nothing through its iteration count (the residual r that sizes the ridge never l
 a factorization that fails, never seen outside non-finite input, takes a diagonal step instead,
 chosen on the device). Nor does the solve read any value back to the host: on a GPU it runs
 without a synchronization, and its fixed sequence of kernels can be captured once and replayed
-(:mod:`lightning_dpot.ot.graphs`). Measured (``benchmarks/stress_newton.py``) on 4,160 random
+(``lightning_dpot.ot.graphs``). Measured (``benchmarks/stress_newton.py``) on 4,160 random
 and adversarial 50 × (1…80) problems of DP-Sinkhorn's cost (duplicates, ties, corner points,
 outliers, disjoint classes) at λ/ε₀ = 10⁻³…10⁻⁶: no ‖π^T 1 − b‖₁ above 1.4·10⁻⁴ against a
 tolerance of 10⁻³ (docs/performance.md). The schedule must start at or above the true cost
@@ -224,9 +224,9 @@ def solve_costs(
 ) -> list[tuple[Tensor, SinkhornInfo | None]]:
     """The ``newton`` backend on float64 cost matrices (autograd graphs to the points): each
     problem's potential on its smaller side by the fixed-budget path (one batched path where
-    the shapes agree), its value by the envelope theorem (:func:`semi_dual_value`); unless
+    the shapes agree), its value by the envelope theorem (``semi_dual_value``); unless
     ``fixed_budget``, further steps at λ until ``tol`` (or ``max_iter``) and a
-    :class:`~lightning_dpot.ot.loop.SinkhornInfo` (``None`` with ``fixed_budget``)."""
+    ``SinkhornInfo`` (``None`` with ``fixed_budget``)."""
     # The Hessian is M × M: solve for the smaller side.
     costs = [cost.T if cost.shape[1] > cost.shape[0] else cost for cost in costs]
     if len(costs) > 1 and len({cost.shape for cost in costs}) == 1:

@@ -44,7 +44,7 @@ def autocast_disabled(*tensors: Tensor) -> Iterator[None]:
 
 def full_precision(fn: F) -> F:
     """Run ``fn`` outside autocast (on the devices of its tensor arguments), with its bfloat16 /
-    float16 tensor arguments upcast to float32 (:func:`upcast`); its other arguments, and
+    float16 tensor arguments upcast to float32 (``upcast``); its other arguments, and
     float32 or float64 tensors, are passed as they are."""
 
     @functools.wraps(fn)

@@ -1,10 +1,10 @@
 r"""Slow, independent references for entropic OT, for tests and benchmarks (dense, float64).
 
-Neither uses ε-scaling, KeOps or the solver of :mod:`lightning_dpot.ot.sinkhorn`:
+Neither uses ε-scaling, KeOps or the solver of ``lightning_dpot.ot.sinkhorn``:
 
-* :func:`sinkhorn_log_domain` / :func:`sinkhorn_log_plan`: plain log-domain Sinkhorn at the
+* ``sinkhorn_log_domain`` / ``sinkhorn_log_plan``: plain log-domain Sinkhorn at the
   target λ from zero potentials, until ‖π1 − a‖₁ ≤ ``tol``.
-* :func:`entropic_plan_newton`: Newton's method on the concave semi-dual (Cuturi & Peyré 2018)
+* ``entropic_plan_newton``: Newton's method on the concave semi-dual (Cuturi & Peyré 2018)
 
       F(g) = ⟨b, g⟩ − λ Σ_i a_i log Σ_j b_j e^{(g_j − C_ij)/λ},
       ∇F_j = b_j − Σ_i π_ij,   ∇²F = −(1/λ)(diag(π^T 1) − π^T diag(1/a) π),
@@ -12,7 +12,7 @@ Neither uses ε-scaling, KeOps or the solver of :mod:`lightning_dpot.ot.sinkhorn
   with π_ij = a_i b_j e^{(g_j − C_ij)/λ} / Σ_k b_k e^{(g_k − C_ik)/λ}, which converges
   quadratically where plain Sinkhorn crawls (λ ≪ max C, e.g. 10⁻³·diameter^p); it is
   continued in λ from max C by halving, Newton's basin shrinking with λ. Unlike the package's
-  ``newton`` backend (:mod:`lightning_dpot.ot.newton`: Cholesky with a ridge, a fixed number of
+  ``newton`` backend (``lightning_dpot.ot.newton``: Cholesky with a ridge, a fixed number of
   steps, a tangent predictor), each stage here runs least-squares Newton steps with backtracking
   until the tolerance, or until no ascent is left at a residual of at most 10⁻⁷ (rounding:
   at λ = 10⁻⁶·max C, C/λ ≈ 10⁶ and the residual stalls near 10⁻⁹).

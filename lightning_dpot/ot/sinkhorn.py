@@ -3,13 +3,13 @@ r"""Entropic OT between uniform point clouds, solved to a stated tolerance.
     W_{c,λ}(a, b) = min_{π ∈ Π(a, b)} ⟨π, C⟩ + λ KL(π ‖ a⊗b)
                   = max_{f, g} ⟨a, f⟩ + ⟨b, g⟩ − λ(⟨a⊗b, e^{(f⊕g−C)/λ}⟩ − 1),
 
-``C_ij = c(x_i, y_j)``, ``a_i = 1/N``, ``b_j = 1/M``. :class:`EntropicSolver` anneals ε from
+``C_ij = c(x_i, y_j)``, ``a_i = 1/N``, ``b_j = 1/M``. ``EntropicSolver`` anneals ε from
 diameter^p down to λ and then — unlike geomloss, which stops after one sweep at ε = λ — sweeps
 at λ until the row-marginal violation ‖π1 − a‖₁ is at most ``tol`` or ``max_iter`` sweeps are
-spent (:mod:`~lightning_dpot.ot.loop`, the one Sinkhorn loop, over a declared
-:class:`~lightning_dpot.ot.loop.SoftminKernel`). Every checked pair has g = T(f) at λ, so the
+spent (``lightning_dpot.ot.loop``, the one Sinkhorn loop, over a declared
+``SoftminKernel``). Every checked pair has g = T(f) at λ, so the
 column marginal of (f, g) is exact (within ρ/(1 − ρ) with the Taylor kernel), also on the first
-sweep; :class:`SinkhornInfo` reports which. Translation-invariant costs are computed on clouds
+sweep; ``SinkhornInfo`` reports which. Translation-invariant costs are computed on clouds
 centred on their joint bounding box.
 
 **Value and gradient.** The loop runs without autograd. A last update with gradients,
@@ -19,25 +19,25 @@ the plan of (f, g*) whose rows sum exactly to a (geomloss' "last extrapolation")
 
 **Backends**, each a kernel module with its own start:
 
-* ``tensorized`` (:mod:`~lightning_dpot.ot.dense`): the dense ``N × M`` cost, computed once per
+* ``tensorized`` (``lightning_dpot.ot.dense``): the dense ``N × M`` cost, computed once per
   solve, and one reusable ``N × M`` buffer for the sweeps.
-* ``online`` (:mod:`~lightning_dpot.ot.keops`): KeOps reductions, O(N + M) memory in any
+* ``online`` (``lightning_dpot.ot.keops``): KeOps reductions, O(N + M) memory in any
   dimension, CPU and GPU.
 * ``multiscale`` (d ≤ 3), after annealing on the means of a grid clustering, one of three
   kernels on the points: for p = 2 where the kernel is wide, the certified Taylor cluster
-  expansion (:mod:`~lightning_dpot.ot.taylor`, relative error ρ ≤ ``tol``/10 at λ, added to the
+  expansion (``lightning_dpot.ot.taylor``, relative error ρ ≤ ``tol``/10 at λ, added to the
   reported marginal error); for the ℓ1 cost in d ≤ 2, the exact kernel of
-  :mod:`~lightning_dpot.ot.laplace` (plain torch, float64); otherwise the KeOps kernel
+  ``lightning_dpot.ot.laplace`` (plain torch, float64); otherwise the KeOps kernel
   truncated to the cluster pairs that carry mass (Schmitzer 2016; geomloss' multiscale scheme).
-* ``newton`` (:mod:`~lightning_dpot.ot.newton`): the fixed-budget predictor–corrector Newton
+* ``newton`` (``lightning_dpot.ot.newton``): the fixed-budget predictor–corrector Newton
   path on the semi-dual (dense, float64, potential of the smaller cloud), then — unless
   ``fixed_budget`` — Newton steps at λ until ``tol``. Its work is set by the sizes and
   λ/diameter^p alone; with ``fixed_budget`` nothing but that work runs and no statistic of the
   solve is computed (private solves).
-* ``auto``: the rule of :mod:`~lightning_dpot.ot.backend`. Without a working KeOps it warns once
+* ``auto``: the rule of ``lightning_dpot.ot.backend``. Without a working KeOps it warns once
   and stays dense (an explicit ``multiscale`` whose Taylor or ℓ1 kernel applies is plain torch
   and runs anyway). On a GPU each KeOps kernel is first compiled and run in a child process
-  (:func:`~lightning_dpot.ot.keops.keops_cuda_error`): a CUDA toolchain KeOps cannot use crashes
+  (``keops_cuda_error``): a CUDA toolchain KeOps cannot use crashes
   that child, not the training run.
 
 Measured speed and accuracy of every backend: docs/performance.md.
@@ -98,15 +98,15 @@ class EntropicSolver:
         dense_memory_limit: bytes above which ``auto`` leaves the dense backend (default: 1 GiB
             on the CPU, half the free memory of a GPU).
         taylor: multiscale with the p = 2 cost: use the certified Taylor cluster expansion
-            (:mod:`~lightning_dpot.ot.expansion`, cells sized for ρ ≤ tol/10 at λ) where it
+            (``lightning_dpot.ot.expansion``, cells sized for ρ ≤ tol/10 at λ) where it
             needs at most a quarter of the N·M kernel evaluations, and the truncated KeOps
             kernel otherwise (always, with ``False``).
         warn_not_converged: warn (once) when a solve misses ``tol``.
         fixed_budget: solve with ``newton``'s fixed work only and return no
-            :class:`SinkhornInfo`: nothing about a solve on private records (a stopping test, an
+            ``SinkhornInfo``: nothing about a solve on private records (a stopping test, an
             iteration count, a marginal error) is computed.
         cuda_graphs: on a GPU, replay the ``newton`` path as one captured CUDA graph per
-            problem shape (:mod:`~lightning_dpot.ot.graphs`); no effect on the CPU.
+            problem shape (``lightning_dpot.ot.graphs``); no effect on the CPU.
 
     Raises:
         ValueError: naming the parameter: an unknown ``backend``, ``fixed_budget`` with a
@@ -119,12 +119,14 @@ class EntropicSolver:
 
     Example::
 
-        import torch
-        from lightning_dpot.ot import EntropicSolver, lp_cost
-
-        solver = EntropicSolver(lp_cost(2), p=2, entropic_reg=0.05, diameter=1.5)
-        x, y = torch.rand(200, 2), torch.rand(150, 2)  # unit square: distances ≤ √2 ≤ 1.5
-        value, info = solver(x, y)  # W_{c,λ}(x, y) and the SinkhornInfo of the solve
+        >>> import torch
+        >>> from lightning_dpot.ot import EntropicSolver, lp_cost
+        >>> _ = torch.manual_seed(0)
+        >>> solver = EntropicSolver(lp_cost(2), p=2, entropic_reg=0.05, diameter=1.5)
+        >>> x, y = torch.rand(200, 2), torch.rand(150, 2)  # unit square: distances ≤ √2 ≤ 1.5
+        >>> value, info = solver(x, y)  # W_{c,λ}(x, y) and the SinkhornInfo of the solve
+        >>> info.backend, info.converged, info.marginal_error <= 1e-3
+        ('tensorized', True, True)
     """
 
     def __init__(
@@ -207,19 +209,19 @@ class EntropicSolver:
 
     # -- solve ------------------------------------------------------------------------------
     def __call__(self, x: Tensor, y: Tensor) -> tuple[Tensor, SinkhornInfo | None]:
-        """W_{c,λ}(x, y) for clouds ``(N, D)``, ``(M, D)``, and the :class:`SinkhornInfo`
+        """W_{c,λ}(x, y) for clouds ``(N, D)``, ``(M, D)``, and the ``SinkhornInfo``
         (``None`` with ``fixed_budget``: no statistic of the solve is computed)."""
         return self.solve_many([(x, y)])[0]
 
     def solve_many(
         self, pairs: Sequence[tuple[Tensor, Tensor]]
     ) -> list[tuple[Tensor, SinkhornInfo | None]]:
-        """:meth:`__call__` on each ``(x, y)`` of ``pairs``. Where every pair takes the
+        """``__call__`` on each ``(x, y)`` of ``pairs``. Where every pair takes the
         ``newton`` backend with the same sizes, the potentials come from one batched path (the
         same work per problem, a fraction of the dispatch: DP-Sinkhorn's two solves a step).
 
         Every solve runs outside ``torch.autocast`` with bfloat16 / float16 clouds upcast to
-        float32 (:mod:`lightning_dpot.ot.precision`): under ``bf16-mixed`` training the costs,
+        float32 (``lightning_dpot.ot.precision``): under ``bf16-mixed`` training the costs,
         potentials and value keep full precision, and the gradient flows back through the cast."""
         with autocast_disabled(*(t for pair in pairs for t in pair)):
             pairs = [self._prepare(upcast(x), upcast(y)) for x, y in pairs]
@@ -302,8 +304,8 @@ class EntropicSolver:
 
     def _multiscale_kernel(self, x: Tensor, y: Tensor) -> tuple[str, tuple[Grid, Grid] | None]:
         """The kernel ``multiscale`` runs on these clouds: ``taylor`` with its grids
-        (:func:`~lightning_dpot.ot.taylor.taylor_grids`), ``laplace``
-        (:func:`~lightning_dpot.ot.laplace.laplace_applies`) or the KeOps ``truncated``."""
+        (``taylor_grids``), ``laplace``
+        (``laplace_applies``) or the KeOps ``truncated``."""
         grids = self._taylor_grids(x, y)
         if grids is not None:
             return "taylor", grids
@@ -311,7 +313,7 @@ class EntropicSolver:
 
     def _taylor_grids(self, x: Tensor, y: Tensor) -> tuple[Grid, Grid] | None:
         """The Taylor kernel's grids, or ``None``: not the p = 2 cost, ``taylor=False``, or
-        :func:`~lightning_dpot.ot.taylor.taylor_grids` says it does not apply."""
+        ``taylor_grids`` says it does not apply."""
         if not (self.taylor and isinstance(self.cost, LpCost) and self.cost.p == 2):
             return None
         return taylor_grids(x, y, self.entropic_reg, self.tol)
@@ -326,7 +328,7 @@ class EntropicSolver:
         log_b: Tensor,
         eps_list: list[float],
     ) -> tuple[SoftminKernel, Tensor, Tensor]:
-        """The kernel of ``backend`` (of ``multiscale``: :meth:`_multiscale_kernel`) on these
+        """The kernel of ``backend`` (of ``multiscale``: ``_multiscale_kernel``) on these
         clouds and its (f, g = T(f)) at λ."""
         if multiscale is None:
             kernel = (DenseKernel if backend == "tensorized" else KeOpsKernel)(self.cost, x, y)
@@ -385,7 +387,7 @@ class EntropicSolver:
     def _newton_solve(
         self, pairs: list[tuple[Tensor, Tensor]]
     ) -> list[tuple[Tensor, SinkhornInfo | None]]:
-        """The ``newton`` backend (:func:`~lightning_dpot.ot.newton.solve_costs`) on each pair's
+        """The ``newton`` backend (``solve_costs``) on each pair's
         float64 cost; values back in the clouds' dtype."""
         costs = [self.cost(x, y).double() for x, y in pairs]
         eps0 = max(self.diameter**self.p, self.entropic_reg)

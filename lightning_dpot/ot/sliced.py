@@ -1,5 +1,5 @@
 """Sliced and Gaussian-smoothed sliced Wasserstein distances (the DP sliced-Wasserstein flow that
-follows them: :mod:`lightning_dpot.ot.sliced_flow`).
+follows them: ``lightning_dpot.ot.sliced_flow``).
 
 Notation (Sebag et al. 2023, §2.2 and §4). Records and particles are rows of ``x ∈ R^{n×d}``; the
 ``N_θ`` directions are the rows of ``theta ∈ R^{N_θ×d}``, each on the unit sphere S^{d-1}.
@@ -7,7 +7,7 @@ The projection of ``x`` on ``θ_j`` is ``⟨x, θ_j⟩``; all directions are han
 matrix ``x θᵀ ∈ R^{n×N_θ}`` (column ``j`` = the 1-D sample along ``θ_j``). Nothing here loops over
 directions in Python; every function works on any device and floating dtype. The projections,
 the flow's drift and the DP loss leave ``torch.autocast`` and upcast bfloat16 / float16 inputs
-to float32 (:mod:`lightning_dpot.ot.precision`): under ``bf16-mixed`` training they still
+to float32 (``lightning_dpot.ot.precision``): under ``bf16-mixed`` training they still
 run in full precision.
 
 * Sliced Wasserstein (eq. 7): ``SW_p^p(μ, ν) = ∫_{S^{d-1}} W_p^p(θ#μ, θ#ν) dθ``, estimated with
@@ -17,7 +17,7 @@ run in full precision.
   ``G_σSW_p^p(μ, ν) = ∫ W_p^p(θ#μ * N(0, σ²), θ#ν * N(0, σ²)) dθ``; empirically, each projected
   sample receives its own N(0, σ²) draw. ``σ`` is in the units of the data (a standard deviation,
   not a variance). The private release of the data is exactly such noisy projections,
-  ``XΘᵀ + Z`` (eq. 23; see :mod:`lightning_dpot.methods.dpsw.sensitivity`).
+  ``XΘᵀ + Z`` (eq. 23; see ``lightning_dpot.methods.dpsw.sensitivity``).
 
 Empirical quantile functions and CDFs use the linear interpolation of ``torch.quantile``
 (``interpolation="linear"``): the i-th smallest of n values (0-based) sits at level ``i/(n−1)``,
@@ -96,7 +96,7 @@ def project(x: Tensor, theta: Tensor) -> Tensor:
 
     Args:
         x: ``(n, d)`` samples.
-        theta: ``(N_θ, d)`` directions (unit rows, e.g. from :func:`random_directions`).
+        theta: ``(N_θ, d)`` directions (unit rows, e.g. from ``random_directions``).
 
     Returns:
         ``(n, N_θ)``; column ``j`` is the sample projected on ``θ_j`` (``P^{θ_j}_# μ``).
@@ -126,7 +126,7 @@ def noisy_projections(
     Each entry gets its own draw, so column ``j`` is a sample of ``θ_j#μ * N(0, σ²)``. This is the
     plain operation on public quantities (e.g. the particles); the private release of data, which
     checks the norm bound its sensitivity needs, is
-    :func:`lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release`.
+    ``lightning_dpot.methods.dpsw.sensitivity.gaussian_sliced_release``.
 
     Args:
         x: ``(n, d)`` samples.
@@ -180,7 +180,7 @@ def empirical_quantile(sorted_values: Tensor, levels: Tensor) -> Tensor:
 
 
 def empirical_cdf(sorted_values: Tensor, points: Tensor) -> Tensor:
-    """Linearly interpolated empirical CDF ``F``, the inverse of :func:`empirical_quantile`.
+    """Linearly interpolated empirical CDF ``F``, the inverse of ``empirical_quantile``.
 
     For a row ``s_0 ≤ … ≤ s_{n−1}`` (``n ≥ 2``), ``F`` is the piecewise-linear function through
     the knots ``(s_i, i/(n−1))``: ``F(z) = 0`` for ``z < s_0``, ``1`` for ``z ≥ s_{n−1}``, and for
@@ -275,7 +275,7 @@ def sliced_wasserstein(x: Tensor, y: Tensor, theta: Tensor, p: float = 2.0) -> T
     """Monte Carlo sliced Wasserstein distance ``SW_p`` on the given directions (eq. 7).
 
     ``SW_p(x, y) = ((1/N_θ) Σ_j W_p^p(θ_j#x, θ_j#y))^{1/p}``, each 1-D term computed exactly by
-    :func:`wasserstein_1d_cost` (sorting; quantile functions for unequal sizes).
+    ``wasserstein_1d_cost`` (sorting; quantile functions for unequal sizes).
 
     Args:
         x: ``(n, d)``, y: ``(m, d)`` samples (uniform weights).
@@ -302,7 +302,7 @@ def gaussian_smoothed_sliced_wasserstein(
 
     ``G_σSW_p(x, y) = ((1/N_θ) Σ_j W_p^p(θ_j#x * N(0, σ²), θ_j#y * N(0, σ²)))^{1/p}``, with both
     smoothed measures represented by one noisy copy of every projected sample (independent draws
-    for ``x`` then ``y`` from ``generator``). With ``σ = 0`` it is :func:`sliced_wasserstein`.
+    for ``x`` then ``y`` from ``generator``). With ``σ = 0`` it is ``sliced_wasserstein``.
 
     Returns:
         0-d tensor.

@@ -1,8 +1,8 @@
 r"""The DP sliced-Wasserstein flow (Sebag et al. 2023, §4): particles move along the gradient of
 ``½ G_σSW_2^2(·, ν) + λ H(·)`` (eq. 12) with the Euler–Maruyama step
 ``X_{k+1} = X_k + h v̂_k(X_k) + sqrt(2λh) ξ`` (eqs. 17–21), the target ν entering only through its
-released noisy projections (:func:`~lightning_dpot.ot.sliced.noisy_projections`). Notation and
-the interpolation of the empirical quantiles and CDFs: :mod:`lightning_dpot.ot.sliced`.
+released noisy projections (``noisy_projections``). Notation and
+the interpolation of the empirical quantiles and CDFs: ``lightning_dpot.ot.sliced``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def sliced_flow_drift(
       smoothed alike — ``θ_j#μ̂ * N(0, σ²)``, eq. 19);
     * ``F̃_{ν,j}^{-1}`` is the empirical quantile function of column ``j`` of the released target
       projections ``Y Θᵀ + Z_Y`` (eq. 23);
-    * both use the linear interpolation of :func:`empirical_cdf` / :func:`empirical_quantile`.
+    * both use the linear interpolation of ``empirical_cdf`` / ``empirical_quantile``.
 
     Where ψ' is evaluated (``evaluate_at``):
 
@@ -137,7 +137,7 @@ def sliced_flow_step(
     """One Euler–Maruyama step of the DP sliced-Wasserstein flow (Sebag et al. 2023, eqs. 17–18).
 
     ``X^i_{k+1} = X^i_k + h v̂_k(X^i_k) + sqrt(2λh) ξ^i``, ``ξ^i ~ N(0, I_d)``, with ``v̂_k`` from
-    :func:`sliced_flow_drift` (eq. 18 as printed omits the ``X^i_k +``; Algorithm 2, line 9, and
+    ``sliced_flow_drift`` (eq. 18 as printed omits the ``X^i_k +``; Algorithm 2, line 9, and
     eq. 17 as an SDE discretisation include it). The target enters only through
     ``target_projections_noisy``, so a step is post-processing of that release.
 
@@ -152,7 +152,7 @@ def sliced_flow_step(
         noise_scale: ``σ ≥ 0`` (same as the release).
         diffusion: ``λ ≥ 0``, the entropic regularisation strength of eq. 12.
         generator: the random stream.
-        evaluate_at, target_sorted: see :func:`sliced_flow_drift`.
+        evaluate_at, target_sorted: see ``sliced_flow_drift``.
 
     Returns:
         ``(n, d)`` new particles ``X_{k+1}`` (the input is not modified).

@@ -1,5 +1,5 @@
 """The p = 2 multiscale kernel: the softmin through the certified Taylor cluster expansion of
-:mod:`lightning_dpot.ot.expansion`, with cells sized so that its relative error ρ at λ is at most
+``lightning_dpot.ot.expansion``, with cells sized so that its relative error ρ at λ is at most
 ``tol``/10, and its start from the cluster means' problem solved at λ."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ RANGE_MARGIN = 1e4  # the expansion's coefficients (2/λ)^{k+1} stay below max f
 class TaylorKernel:
     """The p = 2 softmin through the cluster expansion, on the clouds sorted into its grid
     cells (differentiable gathers of x and y), of order
-    :func:`~lightning_dpot.ot.expansion.order_for` the dimension."""
+    ``order_for`` the dimension."""
 
     def __init__(self, x: Tensor, y: Tensor, grid_x: Grid, grid_y: Grid) -> None:
         self.grid_x, self.grid_y = grid_x, grid_y
@@ -68,7 +68,7 @@ def taylor_grids(x: Tensor, y: Tensor, reg: float, tol: float) -> tuple[Grid, Gr
     of the dtype's range (float32, order 4: λ < 2.5e-7); more than N·M/4 kernel evaluations
     (λ wide against the spread of the clouds, where truncation would keep every cluster pair);
     more grid cubes than int64 keys tell apart. The cubes of the two grids differ by
-    :func:`~lightning_dpot.ot.expansion.cell_ratio`. The caller checks that the cost is the
+    ``cell_ratio``. The caller checks that the cost is the
     p = 2 one."""
     rho, order, finfo = tol / 10, order_for(x.shape[1]), torch.finfo(x.dtype)
     if rho < ROUNDING_ULPS * finfo.eps or (2 / reg) ** (order + 1) > finfo.max / RANGE_MARGIN:
@@ -96,7 +96,7 @@ def taylor_start(
     eps_list: list[float],
     target: Target,
 ) -> tuple[TaylorKernel, Tensor, Tensor]:
-    """The Taylor kernel on the clouds' grids (:func:`taylor_grids`) and (f, g = T(f)) on the
+    """The Taylor kernel on the clouds' grids (``taylor_grids``) and (f, g = T(f)) on the
     points.
 
     The means' problem is solved to ``tol`` at λ, and the potential of the cloud of the smaller

@@ -6,7 +6,7 @@ stages the bytes in the *system* temporary directory (``tempfile.mkstemp()``) an
 checkpoint (``/tmp`` on tmpfs, checkpoints on a network or scratch disk — the usual cluster
 layout), the move is a copy into the destination, and a process killed during the copy leaves a
 truncated ``last.ckpt`` behind: the resume then fails or, worse, a private run's accountant state
-is lost. :class:`AtomicCheckpointIO` stages the bytes in the checkpoint's own directory, flushes
+is lost. ``AtomicCheckpointIO`` stages the bytes in the checkpoint's own directory, flushes
 them to disk (``fsync``) and publishes them with ``os.replace``, which POSIX makes atomic within a
 filesystem. Remote URLs (``s3://`` ...) go through Lightning's own path. ``dpot`` uses it for
 every run. A truncated or corrupt file is refused on load with an error naming it.

@@ -6,33 +6,31 @@ The flow, in one line per part::
 
 * A **release object** is the only code that touches private records. It holds the calibration
   (σ, sensitivity), performs the release, and emits one typed event
-  (:mod:`lightning_dpot.privacy.events`) per call into its ``events`` log. It declares the event
+  (``lightning_dpot.privacy.events``) per call into its ``events`` log. It declares the event
   each call emits as ``event`` (``None`` when not private) and what the report needs as
-  ``facts()``. The package has three: :class:`~lightning_dpot.privacy.mechanisms.
-  gradient_sanitizer.GradientSanitizer` (DP-Sinkhorn), :class:`~lightning_dpot.methods.dpsw.
-  sliced_release.SlicedGaussianRelease` (the DPSW methods) and :class:`~lightning_dpot.methods.
-  dp_merf.MeanEmbeddingRelease` (DP-MERF).
-* A **method** subclasses :class:`ReleasesPrivateData` and names its release objects in
-  :meth:`~ReleasesPrivateData.privacy_releases`. That is all it must write; the mixin derives
-  the rest. Its optional :meth:`~ReleasesPrivateData.privacy_context` adds facts about the
+  ``facts()``. The package has three: ``GradientSanitizer`` (DP-Sinkhorn), ``SlicedGaussianRelease``
+  (the DPSW methods) and ``MeanEmbeddingRelease`` (DP-MERF).
+* A **method** subclasses ``ReleasesPrivateData`` and names its release objects in
+  ``privacy_releases``. That is all it must write; the mixin derives
+  the rest. Its optional ``privacy_context`` adds facts about the
   method (e.g. whether the Poisson seed is public). A method that calibrates its noise to a
   budget sets ``target_epsilon``; its release objects declare the ``delta`` of the guarantee.
-* The **accountant** (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`) composes
+* The **accountant** (``PrivacyAccountantCallback``) composes
   exactly the drained events, checks that its count equals the release objects' own totals, and
   is the only writer of ``privacy_report.json`` and of the ``privacy`` section of
   ``report.json``. ``dpot fit`` attaches one to every private run whose config names none.
 * The **checkpoint** holds every method's privacy state under one key, ``privacy``: each
   release object's state (its event log, and its calibration or released statistic where it
   keeps one), the calibration plan and the settings a release depends on
-  (:meth:`ReleasesPrivateData.resume_settings`). The mixin writes and reads it
+  (``ReleasesPrivateData.resume_settings``). The mixin writes and reads it
   (``on_save_checkpoint`` / ``on_load_checkpoint``; a method that overrides them calls
-  ``super()``), through :mod:`lightning_dpot.privacy.accounting.migration` for earlier layouts.
+  ``super()``), through ``lightning_dpot.privacy.accounting.migration`` for earlier layouts.
   Loading restores; only a load into a fitting trainer (a resume) also checks that the run is
   set up as the checkpoint's releases were: ``dpot sample``, ``evaluate`` and ``export`` load
   any checkpoint.
 * The **budget** is the module's own: the accountant enforces the module's ``target_epsilon``
   (the smaller one, if the callback names its own) at the δ the release objects declare
-  (:meth:`ReleasesPrivateData.privacy_delta`), and refuses a callback whose δ differs. So a
+  (``ReleasesPrivateData.privacy_delta``), and refuses a callback whose δ differs. So a
   run calibrated for ``T`` releases that is asked to make more (a longer resume) stops at the
   target instead of passing it.
 """
@@ -79,7 +77,7 @@ class Release(Protocol):
 @dataclass(frozen=True)
 class PrivacyUpdate:
     """Everything the accountant reads from a module at one point of training, in one call
-    (:meth:`ReleasesPrivateData.privacy_update`): after every training batch, and at the start
+    (``ReleasesPrivateData.privacy_update``): after every training batch, and at the start
     and the end of training.
 
     Attributes:
@@ -100,22 +98,25 @@ class ReleasesPrivateData:
     """Mixin for a LightningModule whose training touches private data (module docstring).
 
     Raises:
-        NotImplementedError: from :meth:`privacy_releases` when a subclass does not define it.
-        ValueError: from :meth:`privacy_delta` (and what reads it) when the release objects
-            declare different deltas, and from :meth:`check_restored_plan` when a resume would
+        NotImplementedError: from ``privacy_releases`` when a subclass does not define it.
+        ValueError: from ``privacy_delta`` (and what reads it) when the release objects
+            declare different deltas, and from ``check_restored_plan`` when a resume would
             re-calibrate the noise of the checkpoint's releases.
 
     Example::
 
-        import lightning as L
-        from lightning_dpot.privacy.contract import ReleasesPrivateData
-
-        class MyMethod(ReleasesPrivateData, L.LightningModule):
-            def __init__(self, sanitizer):  # a release object, e.g. a GradientSanitizer
-                super().__init__()
-                self.sanitizer = sanitizer
-            def privacy_releases(self):
-                return [self.sanitizer]
+        >>> import lightning as L
+        >>> from lightning_dpot.privacy.contract import ReleasesPrivateData
+        >>> from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
+        >>> class MyMethod(ReleasesPrivateData, L.LightningModule):
+        ...     def __init__(self, sanitizer):  # a release object
+        ...         super().__init__()
+        ...         self.sanitizer = sanitizer
+        ...     def privacy_releases(self):
+        ...         return [self.sanitizer]
+        >>> method = MyMethod(GradientSanitizer(clip_norm=1.0, noise_multiplier=1.1, delta=1e-5))
+        >>> method.is_private, method.privacy_delta(), method.releases_emitted()
+        (True, 1e-05, 0)
     """
 
     #: ε the module calibrated its noise to spend over its planned releases (``None``: the
@@ -190,7 +191,7 @@ class ReleasesPrivateData:
         return facts if plan is None else {**facts, "calibrated_for": plan}
 
     def privacy_plan(self) -> dict[str, Any] | None:
-        """How calibrated noise is set up, for checkpoints: :meth:`calibration_plan` and the
+        """How calibrated noise is set up, for checkpoints: ``calibration_plan`` and the
         event each release object emits (σ, q, sizes); ``None`` when the noise was given."""
         plan = self.calibration_plan()
         if plan is None:
@@ -262,7 +263,7 @@ class ReleasesPrivateData:
             load_release_state(release, release_saved)
 
     def check_restored_settings(self, stored: dict[str, Any] | None) -> None:
-        """Refuse a resume whose :meth:`resume_settings` differ from the checkpoint's."""
+        """Refuse a resume whose ``resume_settings`` differ from the checkpoint's."""
         if stored is None or stored == self.resume_settings():
             return
         raise ValueError(
@@ -305,7 +306,7 @@ def release_state(release: Release) -> dict[str, Any]:
 
 
 def load_release_state(release: Release, state: dict[str, Any]) -> None:
-    """Restore what :func:`release_state` wrote."""
+    """Restore what ``release_state`` wrote."""
     own = getattr(release, "load_state_dict", None)
     if callable(own):
         own(state)
@@ -340,10 +341,10 @@ def refuse_tuners(trainer: Any, who: str) -> None:
 
 
 def require_private(pl_module: object) -> ReleasesPrivateData:
-    """``pl_module`` as a private :class:`ReleasesPrivateData`, the accountant's precondition.
+    """``pl_module`` as a private ``ReleasesPrivateData``, the accountant's precondition.
 
     Raises:
-        TypeError: if it does not subclass :class:`ReleasesPrivateData`.
+        TypeError: if it does not subclass ``ReleasesPrivateData``.
         ValueError: if none of its release objects adds noise (nothing to account).
     """
     name = type(pl_module).__name__
@@ -363,7 +364,7 @@ def require_private(pl_module: object) -> ReleasesPrivateData:
 
 
 def check_bases(module: ReleasesPrivateData) -> None:
-    """Refuse a class that lists ``LightningModule`` before :class:`ReleasesPrivateData`:
+    """Refuse a class that lists ``LightningModule`` before ``ReleasesPrivateData``:
     Lightning's checkpoint hooks would hide the mixin's, and its release objects' state would
     not be saved (checked once, when a fit starts).
 
@@ -384,9 +385,9 @@ def look_ahead_step(
     next_events: Sequence[PrivacyEvent], module: str
 ) -> SubsampledGaussianStep | None:
     """The one (σ, q) step every batch of ``module`` emits, from the events one more batch will
-    emit (:attr:`PrivacyUpdate.next_events`), for the budget's look-ahead (``None``: batches emit
+    emit (``PrivacyUpdate.next_events``), for the budget's look-ahead (``None``: batches emit
     nothing). Raises ``ValueError`` unless they are identical
-    :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` events."""
+    ``SubsampledGaussianStep`` events."""
     distinct = set(next_events)
     if not distinct:
         return None

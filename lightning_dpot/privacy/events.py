@@ -1,17 +1,17 @@
 """Typed privacy events: what one call of a mechanism on private data released.
 
-A release object (:class:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer.GradientSanitizer`,
-:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`) emits one event per call
-into its :class:`EventLog`; the accountant
-(:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`) composes exactly the events that
+A release object (``GradientSanitizer``,
+``SlicedGaussianRelease``) emits one event per call
+into its ``EventLog``; the accountant
+(``PrivacyAccountantCallback``) composes exactly the events that
 were emitted. The count is therefore what happened, whatever the loop did around the call
 (gradient accumulation, resume, DDP, no callback at all).
 
-* :class:`SubsampledGaussianStep` with ``sampling="poisson"``: the Gaussian mechanism on a
+* ``SubsampledGaussianStep`` with ``sampling="poisson"``: the Gaussian mechanism on a
   Poisson sample of rate q, add/remove-one; composed by RDP or PLD.
-* :class:`SubsampledGaussianStep` with ``sampling="without_replacement"``: the Gaussian mechanism
+* ``SubsampledGaussianStep`` with ``sampling="without_replacement"``: the Gaussian mechanism
   on b of the n records, replace-one; composed by RDP (Wang, Balle, Kasiviswanathan 2019).
-* :class:`GaussianRelease`: the Gaussian mechanism on the whole dataset, once; ε from the
+* ``GaussianRelease``: the Gaussian mechanism on the whole dataset, once; ε from the
   analytic Gaussian mechanism (Balle & Wang 2018).
 
 ``noise_multiplier`` is always the noise standard deviation divided by the ℓ2 sensitivity of
@@ -112,7 +112,7 @@ PrivacyEvent = SubsampledGaussianStep | GaussianRelease
 
 
 def event_from_dict(entry: dict) -> PrivacyEvent:
-    """The event that :meth:`SubsampledGaussianStep.as_dict` or :meth:`GaussianRelease.as_dict`
+    """The event that ``SubsampledGaussianStep.as_dict`` or ``GaussianRelease.as_dict``
     wrote (journals and checkpoints store events this way)."""
     fields = dict(entry)
     kind = fields.pop("event", None)
@@ -129,8 +129,8 @@ class EventLog:
     every earlier release, whatever its own configuration).
 
     A ``journal`` (a callable the accountant sets,
-    :meth:`~lightning_dpot.privacy.accounting.journal.ReleaseJournal.writer`) records each event
-    durably *inside* :meth:`emit`; a release object emits before it draws its noise, so no noisy
+    ``writer``) records each event
+    durably *inside* ``emit``; a release object emits before it draws its noise, so no noisy
     output can exist without its event on disk.
 
     Within one process ``total`` never goes down: loading an older state (Lightning's tuner

@@ -78,7 +78,7 @@ def planned_releases(trainer: Any, steps_per_epoch: int) -> int:
 
     Raises:
         ValueError: without a finite training length, or with a
-            ``GradientAccumulationScheduler`` (:func:`check_fixed_accumulation`).
+            ``GradientAccumulationScheduler`` (``check_fixed_accumulation``).
     """
     check_fixed_accumulation(trainer)
     limits = []

@@ -3,7 +3,7 @@
 A source checkout keeps them at its root (``configs/``, ``callbacks/``); the wheel carries the same
 files as ``lightning_dpot/resources/{configs,callbacks}``, so the commands of the README work
 after ``pip install lightning_dpot-*.whl`` too, from any directory. A path on disk always wins:
-:func:`find_resource` is asked only for a path that names no file.
+``find_resource`` is asked only for a path that names no file.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def find_resource(path: str | os.PathLike) -> Path | None:
 
     Example::
 
-        from lightning_dpot.resources import find_resource
-
-        find_resource("configs/quickstart.yaml")  # …/resources/configs/quickstart.yaml
+        >>> from lightning_dpot.resources import find_resource
+        >>> find_resource("configs/quickstart.yaml").as_posix()  # from any working folder
+        '.../resources/configs/quickstart.yaml'
     """
     given = Path(path)
     if given.exists() or given.is_absolute():
@@ -44,6 +44,6 @@ def find_resource(path: str | os.PathLike) -> Path | None:
 
 
 def resolve_path(path: str) -> str:
-    """``path`` itself, or its packaged copy (:func:`find_resource`) as a string."""
+    """``path`` itself, or its packaged copy (``find_resource``) as a string."""
     packaged = find_resource(path)
     return str(packaged) if packaged is not None else path

@@ -40,12 +40,12 @@ from lightning_dpot.rng import seeded_generator
 class _ParticleFlow(SlicedReleaseModule):
     """Particles as module state, manual optimisation, decoding and checkpoints; the arguments
     both flows share (each flow adds its own and forwards the rest here and to
-    :class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`).
+    ``SlicedReleaseModule``).
 
     Args:
         num_particles: particles N (all ranks together).
         step_size: h; diffusion: λ; init_std: std of μ0 = N(0, init_std²·I) (default 1/√d).
-        evaluate_at: see :func:`~lightning_dpot.ot.sliced_flow.sliced_flow_drift`.
+        evaluate_at: see ``sliced_flow_drift``.
         seed: seed of the public random streams (Θ, the M_θ-column subsets, flow noise, initial
             particles): post-processing or data-independent, so it may be published.
         **kwargs: the release's arguments (``num_directions``, ``noise_scale`` or
@@ -161,7 +161,7 @@ class _ParticleFlow(SlicedReleaseModule):
     def attach_datamodule(self, datamodule: Any) -> None:
         """Attach the public decoder of a (not set-up) ``PrivateLatentDataModule`` after a
         checkpoint load (``dpot sample`` / ``dpot evaluate``, see
-        :mod:`lightning_dpot.commands.checkpoint`). Loads only the stage-1 autoencoder weights:
+        ``lightning_dpot.commands.checkpoint``). Loads only the stage-1 autoencoder weights:
         no private record is read and no mechanism is called."""
         from lightning_dpot.data.latent import load_autoencoder_checkpoint
 
@@ -201,8 +201,8 @@ class _ParticleFlow(SlicedReleaseModule):
         raise NotImplementedError
 
     def standalone_sampler(self) -> ParticleSampler:
-        """The particles of every rank (:meth:`all_particles`, a collective under DDP) with the
-        public decoder, for :func:`~lightning_dpot.export.export_generator`. Particles are
+        """The particles of every rank (``all_particles``, a collective under DDP) with the
+        public decoder, for ``export_generator``. Particles are
         post-processing of the releases; neither the release cache nor any private latent goes
         in."""
         particles = self.all_particles()
@@ -215,7 +215,7 @@ class _ParticleFlow(SlicedReleaseModule):
     @override
     def on_fit_end(self) -> None:
         """Save the particles and a grid of their images (rank 0). The privacy report is the
-        accountant's (:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`)."""
+        accountant's (``PrivacyAccountantCallback``)."""
         if self._trainer is None:
             return
         # trainer.log_dir broadcasts under DDP: every rank must read it (else rank 0 deadlocks).
@@ -240,22 +240,22 @@ class DPSWFlow(_ParticleFlow):
     Algorithm: draw ``Θ ∈ R^{N_θ×d}`` once; release ``Ỹ = YΘᵀ + Z`` once (all private latents);
     cache ``sort(Ỹ)`` per column. Step ``k``: pick ``M_θ`` columns ``J_k`` (generator seeded by
     ``(seed, k)``), ``X_{k+1} = X_k + h·v̂(X_k; Ỹ[:, J_k], Θ[J_k]) + sqrt(2λh)·ξ`` (eqs. 18–21,
-    :func:`~lightning_dpot.ot.sliced_flow.sliced_flow_step`).
+    ``sliced_flow_step``).
 
     Privacy: one Gaussian mechanism with sensitivity ``Δ = 2·sqrt(w(N_θ, δ_s))`` (all ``N_θ``
     directions count, whichever ``M_θ`` a step uses), emitted as one
-    :class:`~lightning_dpot.privacy.events.GaussianRelease`: ``ε`` from the analytic Gaussian
+    ``GaussianRelease``: ``ε`` from the analytic Gaussian
     mechanism at ``δ``. Give either ``noise_scale`` (σ) or ``target_epsilon`` (σ is then
     calibrated with the analytic Gaussian mechanism). ε never grows with steps.
 
-    Samples: ``num_particles``; more are free with :meth:`generate` (a new flow from the cache).
+    Samples: ``num_particles``; more are free with ``generate`` (a new flow from the cache).
 
     Args:
         num_particles: particles N (all ranks together).
         num_directions: ``N_θ`` (paper: 31).
         directions_per_step: ``M_θ ≤ N_θ`` (paper: 25).
         **kwargs: the arguments every flow shares (``_ParticleFlow``: particles, step, seed)
-            and the release's (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`:
+            and the release's (``SlicedReleaseModule``:
             noise or target, δ, noise source).
     """
 
@@ -279,7 +279,7 @@ class DPSWFlow(_ParticleFlow):
 
     @override
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
-        """Size the placeholder buffers (empty until :meth:`calibrate`) to the saved release, so
+        """Size the placeholder buffers (empty until ``calibrate``) to the saved release, so
         that a state dict loads into a fresh module (checkpoints; ``ddp_spawn`` hands rank 0's
         weights back to the main process this way)."""
         for name in ("theta", "release_sorted"):
@@ -311,8 +311,7 @@ class DPSWFlow(_ParticleFlow):
     @override
     def on_fit_start(self) -> None:
         """Release once (rank 0, broadcast), unless a checkpoint already holds the release;
-        refused where it would not be accounted (:func:`~lightning_dpot.privacy.contract.
-        check_release_before_training`)."""
+        refused where it would not be accounted (``check_release_before_training``)."""
         super().on_fit_start()  # warns when no accountant is attached
         if bool(self.released):
             return
@@ -389,7 +388,7 @@ class DPSWFlowR(_ParticleFlow):
     Privacy (replace-one): each release emits one subsampled-Gaussian-without-replacement event,
     ratio ``γ = b/n``, multiplier ``σ/Δ``, ``Δ = 2·sqrt(w(N_θ, δ_s))``; RDP per step bounded by
     Wang, Balle & Kasiviswanathan 2019 (for ``b = n``: ``α/(2(σ/Δ)²)``), composed by
-    :class:`~lightning_dpot.callbacks.PrivacyAccountantCallback`. Give ``noise_scale`` or
+    ``PrivacyAccountantCallback``. Give ``noise_scale`` or
     ``target_epsilon`` (σ is then the smallest multiplier reaching it over the planned ``T`` =
     max_steps or max_epochs·steps_per_epoch).
 
@@ -404,7 +403,7 @@ class DPSWFlowR(_ParticleFlow):
         accountant: used to calibrate σ from ``target_epsilon``: ``"rdp"`` only (``"pld"`` is
             refused: dp-accounting has no PLD analysis of sampling without replacement).
         **kwargs: the arguments every flow shares (``_ParticleFlow``: particles, step, seed)
-            and the release's (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`:
+            and the release's (``SlicedReleaseModule``:
             noise or target, δ, noise source).
     """
 

@@ -29,20 +29,20 @@ from lightning_dpot.rng import seeded_generator
 
 class DPSWGen(SlicedReleaseModule):
     """DPSWgen baseline (Rakotomamonjy & Ralaivola 2021; Sebag et al. 2023, §5): a generator
-    trained with the DP sliced-Wasserstein loss, accounted like :class:`DPSWFlowR`.
+    trained with the DP sliced-Wasserstein loss, accounted like ``DPSWFlowR``.
 
     Step ``k``: fresh ``Θ_k`` and release ``Ỹ_k`` of the fixed-size batch (as DPSWFlowR); generate
     images ``G(u)``, ``u ~ N(0, I)``; map them to the latent sphere with the frozen public encoder,
     ``z = E(G(u))`` (identity + unit-ball scaling without an autoencoder); minimise
     ``L = (1/N_θ) Σ_j W_2^2(θ_j#z * N(0, σ²), Ỹ_k[:, j])``
-    (:func:`~lightning_dpot.ot.sliced.dp_sliced_wasserstein_loss`, eq. 11). Each training batch
+    (``dp_sliced_wasserstein_loss``, eq. 11). Each training batch
     releases once, so with ``accumulate_grad_batches = k`` one optimizer step is k releases, and
     the accountant composes k events.
 
     Samples: unlimited and free (``G(u)``).
 
     Start: with ``init_from_decoder``, the generator starts as the public stage-1 decoder (its
-    weights loaded into :class:`~lightning_dpot.nn.DecoderGenerator`, which has the decoder's
+    weights loaded into ``DecoderGenerator``, which has the decoder's
     architecture; public data only, no privacy cost). A fresh decoder-shaped generator outputs
     an almost constant mid-grey image (``2·sigmoid(≈0) − 1 ≈ 0``), and a frozen ReLU encoder
     can be flat there: with the Fashion-MNIST autoencoder of ``configs/compare/fashion_cpu``
@@ -50,19 +50,19 @@ class DPSWGen(SlicedReleaseModule):
     moves (docs/dpswflow.md, "DPSWgen's start"). The decoder was trained on unit-sphere latents
     and now reads ``u ~ N(0, I)`` (norm about √d): its first images are sharper-contrast
     decodings, already near the data (measured there). The start happens once, at the first
-    :meth:`setup` of a module that was never trained (a flag in its state dict), so a resumed or
+    ``setup`` of a module that was never trained (a flag in its state dict), so a resumed or
     reloaded generator keeps its weights.
 
     Args:
         generator: network ``u → record`` with ``latent_dim`` (paper: the decoder's architecture,
-            :class:`~lightning_dpot.nn.DecoderGenerator`).
+            ``DecoderGenerator``).
         generated_batch_size: generated samples per step.
         lr: Adam learning rate.
-        num_directions, accountant, seed: as :class:`~lightning_dpot.methods.dpsw.flow.DPSWFlowR`.
+        num_directions, accountant, seed: as ``DPSWFlowR``.
         init_from_decoder: start from the public decoder (above); needs the data module's
             autoencoder and a generator whose ``body`` has its decoder's architecture.
         **kwargs: the release's arguments
-            (:class:`~lightning_dpot.methods.dpsw.release.SlicedReleaseModule`: noise or target,
+            (``SlicedReleaseModule``: noise or target,
             δ, noise source).
     """
 
@@ -190,6 +190,6 @@ class DPSWGen(SlicedReleaseModule):
         return torch.cat(out) if out else torch.empty(0)
 
     def standalone_sampler(self) -> GeneratorSampler:
-        """G(u), u ~ N(0, I), for :func:`~lightning_dpot.export.export_generator` (a copy of
+        """G(u), u ~ N(0, I), for ``export_generator`` (a copy of
         the generator only: no release, no autoencoder)."""
         return GeneratorSampler(self.generator, self.generator.latent_dim, "normal")

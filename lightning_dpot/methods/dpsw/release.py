@@ -1,5 +1,5 @@
 """The sliced Gaussian release shared by the DPSW methods: the module base that owns one
-:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`, and the per-step batch
+``SlicedGaussianRelease``, and the per-step batch
 releases of DPSWflow-r and DPSWgen (package docstring: adjacency, DDP)."""
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class BatchReleases:
 
 
 class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
-    """A module whose only access to private data is one :class:`SlicedGaussianRelease`; it
+    """A module whose only access to private data is one ``SlicedGaussianRelease``; it
     declares the release's arguments once for every DPSW method (each method adds its own and
     forwards these).
 
@@ -129,7 +129,7 @@ class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
         noise_scale / target_epsilon: exactly one: the standard deviation σ of the release's
             noise (0: not private), or the ε that σ is calibrated to.
         delta: δ of the Gaussian mechanism; delta_s, w_bound: the threshold w on ‖Θ‖²_op
-            (:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`).
+            (``SlicedGaussianRelease``).
         noise_seed: ``None`` (default): the release noise comes from the OS entropy pool and is
             never recorded. An integer makes it reproducible, but anyone who knows it can
             subtract the noise: tests and debugging only.
@@ -180,7 +180,7 @@ class SlicedReleaseModule(ReleasesPrivateData, L.LightningModule, Generative):
     def check_data(self, datamodule: Any) -> None:
         """Refuse a datamodule without the private latents every DPSW method trains on, before
         a local-DP datamodule would release anything
-        (:class:`~lightning_dpot.data.protocols.ChecksDataBeforeRelease`)."""
+        (``ChecksDataBeforeRelease``)."""
         require_data(datamodule, LatentPrivateData, type(self).__name__)
 
     @override

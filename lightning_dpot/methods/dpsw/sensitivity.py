@@ -43,12 +43,12 @@ Every form is capped at ``N_θ`` (``S ≤ N_θ`` surely); for ``d = 1``, ``S = N
 **δ_s and the reported δ.** The bound fails on an event of probability ≤ δ_s over the draw of
 Θ for a *fixed* pair of records. With Θ drawn from a public seed the adversary may pick the pair
 knowing Θ, so the package does not rely on it:
-:class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease` checks
+``SlicedGaussianRelease`` checks
 ``‖Θ‖²_op ≤ w`` on every draw, the sensitivity then holds surely, and δ carries no δ_s term
 (the paper reports ``δ + k·δ_s``, a union bound over ``k`` draws).
 
 The accountant sees the release as a Gaussian mechanism with noise multiplier
-``σ / sensitivity`` (:func:`sliced_noise_multiplier`). The sensitivity here is for replace-one
+``σ / sensitivity`` (``sliced_noise_multiplier``). The sensitivity here is for replace-one
 neighbouring datasets, as in the paper.
 """
 
@@ -166,8 +166,8 @@ def sliced_sensitivity(
 
     ``Δ = 2·sqrt(w(N_θ, δ_s))`` (Lemma 1 with ``‖x − x'‖₂ ≤ 2``, paper §5.2), valid with
     probability ≥ 1 − δ_s over Θ for a fixed pair; the package's release checks ‖Θ‖²_op ≤ w on
-    every draw instead (:mod:`~lightning_dpot.methods.dpsw.sliced_release`). Arguments as in
-    :func:`projection_bound_w`.
+    every draw instead (``lightning_dpot.methods.dpsw.sliced_release``). Arguments as in
+    ``projection_bound_w``.
     """
     return 2.0 * math.sqrt(projection_bound_w(num_directions, dim, delta_s, method))
 
@@ -187,10 +187,10 @@ def sliced_sigma(noise_multiplier: float, sensitivity: float) -> float:
 
 
 def check_release_inputs(x: Tensor, theta: Tensor, norm_tolerance: float = 1e-5) -> None:
-    """Everything :func:`gaussian_sliced_release` refuses, checked without releasing anything.
+    """Everything ``gaussian_sliced_release`` refuses, checked without releasing anything.
 
     ``x`` must be a 2-D floating tensor of finite records with ``‖x_i‖₂ ≤ 1 + norm_tolerance``
-    (:func:`~lightning_dpot.checks.check_unit_ball`: the error names how many records
+    (``check_unit_ball``: the error names how many records
     fail and the first index, never a norm), ``norm_tolerance`` in ``[0, 1e-3]`` and ``theta``
     an ``(N_θ ≥ 1, d)`` matrix of unit rows (``|‖θ_j‖ − 1| ≤ 1e-4``).
 
@@ -228,12 +228,12 @@ def gaussian_sliced_release(
 
     Refuses non-finite records, records with ``‖x_i‖₂ > 1 + norm_tolerance`` (the sensitivity
     bound rests on ``‖x_i‖₂ ≤ 1``: normalise before releasing, never after) and directions that
-    are not unit vectors (``|‖θ_j‖ − 1| > 1e-4``), by :func:`check_release_inputs`. Rows within
+    are not unit vectors (``|‖θ_j‖ − 1| > 1e-4``), by ``check_release_inputs``. Rows within
     the tolerance are scaled onto the unit ball, ``x_i / (max(1, ‖x_i‖₂) · max(1, max_j ‖θ_j‖₂))``,
     so the bound holds exactly despite rounding. The input is detached: a release is a value, not
     part of a graph. Θ must be drawn independently of the data
-    (:func:`lightning_dpot.ot.sliced.random_directions`); the package calls it only through
-    :class:`~lightning_dpot.methods.dpsw.sliced_release.SlicedGaussianRelease`, which checks Θ.
+    (``lightning_dpot.ot.sliced.random_directions``); the package calls it only through
+    ``SlicedGaussianRelease``, which checks Θ.
 
     Args:
         x: ``(n, d)`` private records, ``‖x_i‖₂ ≤ 1``.

@@ -6,27 +6,27 @@ itself, the events it emits and the facts it reports (Sebag et al. 2023, eq. 23,
 **Sensitivity, deterministically.** Lemma 1 bounds ``‖uΘᵀ‖₂² ≤ w(N_θ, δ_s)`` with probability
 ≥ 1 − δ_s over Θ *for a fixed* unit ``u``. The directions here come from a public seed, so the
 worst-case pair of records can be chosen knowing Θ; what the release then needs is
-``max_u ‖uΘᵀ‖₂² = λ_max(ΘᵀΘ) = ‖Θ‖²_op ≤ w``. :meth:`SlicedGaussianRelease.directions` draws Θ
+``max_u ‖uΘᵀ‖₂² = λ_max(ΘᵀΘ) = ‖Θ‖²_op ≤ w``. ``SlicedGaussianRelease.directions`` draws Θ
 and redraws (from the same seeded stream, so every rank and every resume gets the same Θ) until
-that holds, and :meth:`SlicedGaussianRelease.__call__` refuses any Θ for which it does not. With
+that holds, and ``SlicedGaussianRelease.__call__`` refuses any Θ for which it does not. With
 records in the unit ball, replacing one record changes the release by at most
 ``2‖Θ‖_op ≤ 2√w = Δ`` in Frobenius norm, on every draw: the Gaussian mechanism's (ε, δ) holds
 with no δ_s term.
 
 **The threshold.** Any threshold fixed before the data is seen gives a valid guarantee; it only
 sets Δ and how often a draw is redrawn. Lemma 1's ``w(N_θ, δ_s)`` (``w_bound``,
-:mod:`~lightning_dpot.methods.dpsw.sensitivity`) bounds one fixed direction, and in higher
+``lightning_dpot.methods.dpsw.sensitivity``) bounds one fixed direction, and in higher
 dimension ``‖Θ‖²_op`` is usually above it (N_θ = 70, d = 32: w = 4.97, median ‖Θ‖²_op = 5.54, 99 %
 of draws rejected). The threshold is therefore ``max(w, q)`` with ``q`` the 0.999-quantile of
 ``‖Θ‖²_op`` under uniform directions, estimated by Monte Carlo from public parameters only
-(4,000 draws, seed 0, float64; :func:`operator_norm_quantile`). For the shipped settings with
+(4,000 draws, seed 0, float64; ``operator_norm_quantile``). For the shipped settings with
 d = 8 it is ``w`` itself (q = 16.9 < w = 17.6 at N_θ = 70); at d = 32 it is q = 6.54, Δ 15 %
 above the fixed-direction value, which is the price of a sensitivity that holds for the Θ
 actually used. Even the paper's CLT form (26) of w, which is not a quantile bound, is valid.
 
-**Events.** Each call emits the event configured by :meth:`SlicedGaussianRelease.calibrate`: a
-:class:`~lightning_dpot.privacy.events.GaussianRelease` (DPSWflow: the whole set, once) or a
-:class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` without replacement (DPSWflow-r,
+**Events.** Each call emits the event configured by ``SlicedGaussianRelease.calibrate``: a
+``GaussianRelease`` (DPSWflow: the whole set, once) or a
+``SubsampledGaussianStep`` without replacement (DPSWflow-r,
 DPSWgen: b of n records per call). σ = 0 (the non-private reference) emits nothing.
 """
 
@@ -96,10 +96,8 @@ class SlicedGaussianRelease:
         num_directions: ``N_θ``, directions per release.
         delta: δ of the Gaussian mechanism (the guarantee's δ; module docstring: no δ_s term).
         delta_s: sets the threshold ``w(N_θ, δ_s)`` (how often a draw of Θ is redrawn).
-        w_bound: form of ``w`` (:func:`~lightning_dpot.methods.dpsw.sensitivity.
-            projection_bound_w`); any form is valid as a threshold.
-        noise_seed, secure_rng: the noise source (:class:`~lightning_dpot.rng.
-            SecretNoise`).
+        w_bound: form of ``w`` (``projection_bound_w``); any form is valid as a threshold.
+        noise_seed, secure_rng: the noise source (``SecretNoise``).
         is_private: False only for the non-private reference (σ = 0).
     """
 
@@ -159,7 +157,7 @@ class SlicedGaussianRelease:
     @property
     def event(self) -> PrivacyEvent | None:
         """What one call releases, from the σ, dimension and sizes the release uses now
-        (``None`` before :meth:`calibrate` and when σ = 0)."""
+        (``None`` before ``calibrate`` and when σ = 0)."""
         if self.dim is None or self.noise_scale == 0.0:
             return None
         if self.sizes is None:

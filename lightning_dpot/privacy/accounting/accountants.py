@@ -3,22 +3,22 @@ r"""Stateful privacy accountants: record the subsampled Gaussian steps a run rel
 As in Opacus (``opacus/accountants/rdp.py`` beside ``opacus/accountants/analysis``), these
 objects only keep the bookkeeping: a history of runs ``(noise_multiplier, sample_rate,
 num_steps)`` of one sampling scheme, saved in checkpoints. Every ε they report is
-:func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history` of that history (the
+``epsilon_of_history`` of that history (the
 mathematics, the adjacency relations and the references are in
-:mod:`lightning_dpot.privacy.accounting.analysis`): dp-accounting's public ``RdpAccountant`` /
+``lightning_dpot.privacy.accounting.analysis``): dp-accounting's public ``RdpAccountant`` /
 privacy loss distributions applied to the history's ``DpEvent``\ s
-(:mod:`~lightning_dpot.privacy.accounting.analysis.dp_events`). Each accountant keeps the
+(``lightning_dpot.privacy.accounting.analysis.dp_events``). Each accountant keeps the
 one-step analysis of every distinct (σ, q) in a cache of its own, so ε after any number of steps
 is cheap.
 
-* :class:`RDPAccountant`: Rényi DP (Mironov, Talwar, Zhang 2019 for Poisson sampling; Wang,
+* ``RDPAccountant``: Rényi DP (Mironov, Talwar, Zhang 2019 for Poisson sampling; Wang,
   Balle, Kasiviswanathan 2019 for sampling without replacement), converted by Canonne, Kamath,
   Steinke 2020 (Prop. 12);
-* :class:`PLDAccountant`: privacy loss distributions (Doroshenko et al. 2022), tighter, Poisson
+* ``PLDAccountant``: privacy loss distributions (Doroshenko et al. 2022), tighter, Poisson
   sampling only.
 
-An accountant records one scheme for its whole history (:attr:`PrivacyAccountant.sampling`,
-saved in :meth:`PrivacyAccountant.state_dict`): the two adjacency relations differ, so their
+An accountant records one scheme for its whole history (``PrivacyAccountant.sampling``,
+saved in ``PrivacyAccountant.state_dict``): the two adjacency relations differ, so their
 runs are never composed together.
 """
 
@@ -63,7 +63,7 @@ class PrivacyAccountant(ABC):
     """
 
     name: ClassVar[str]
-    """Accountant name, a key of :func:`make_accountant`."""
+    """Accountant name, a key of ``make_accountant``."""
     samplings: ClassVar[tuple[str, ...]]
     """Sampling schemes this accountant can analyse."""
     _STATE_VERSION: ClassVar[int] = 1
@@ -106,7 +106,7 @@ class PrivacyAccountant(ABC):
 
     @property
     def mechanism(self) -> str:
-        """Name of the composed mechanism (depends on :attr:`sampling`)."""
+        """Name of the composed mechanism (depends on ``sampling``)."""
         return SAMPLINGS[self._sampling][0]
 
     @property
@@ -190,7 +190,7 @@ class PrivacyAccountant(ABC):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the history from :meth:`state_dict`.
+        """Restore the history from ``state_dict``.
 
         The history describes what was released, not how it is accounted, so a state written by
         one accountant may be loaded into another (e.g. switch RDP to PLD on resume).
@@ -228,7 +228,7 @@ class PrivacyAccountant(ABC):
 
 
 class RDPAccountant(PrivacyAccountant):
-    """Rényi-DP accountant (:mod:`lightning_dpot.privacy.accounting.analysis`: the SGM's RDP, or the
+    """Rényi-DP accountant (``lightning_dpot.privacy.accounting.analysis``: the SGM's RDP, or the
     subsampled Gaussian without replacement's when ``sampling="without_replacement"``).
 
     The one-step RDP curve of each distinct (σ, q) (dp-accounting's ``RdpAccountant`` on the
@@ -256,7 +256,7 @@ class RDPAccountant(PrivacyAccountant):
 
 
 class PLDAccountant(PrivacyAccountant):
-    """Privacy-loss-distribution accountant (:mod:`lightning_dpot.privacy.accounting.analysis.pld`;
+    """Privacy-loss-distribution accountant (``lightning_dpot.privacy.accounting.analysis.pld``;
     Poisson sampling only: dp-accounting 0.6 has no PLD for sampling without replacement).
 
     The one-step PLD of each distinct (σ, q) is built once and cached on the instance; ε of a
@@ -297,7 +297,7 @@ class PLDAccountant(PrivacyAccountant):
 
 
 def make_accountant(name: str, **kwargs: Any) -> PrivacyAccountant:
-    """A fresh accountant by name: ``"rdp"`` -> :class:`RDPAccountant`, ``"pld"`` ->
-    :class:`PLDAccountant`; ``kwargs`` go to its constructor."""
+    """A fresh accountant by name: ``"rdp"`` -> ``RDPAccountant``, ``"pld"`` ->
+    ``PLDAccountant``; ``kwargs`` go to its constructor."""
     classes: dict[str, type[PrivacyAccountant]] = {"rdp": RDPAccountant, "pld": PLDAccountant}
     return classes[check_accountant(name)](**kwargs)

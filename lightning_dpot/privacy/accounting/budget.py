@@ -2,8 +2,8 @@
 continue or stop, with the reason.
 
 The largest number of further steps of one (σ, q) within the target is searched once per
-(σ, q) and composed prefix (:meth:`~lightning_dpot.privacy.accounting.accountants.
-PrivacyAccountant.max_additional_steps`); after that, each decision is an integer comparison,
+(σ, q) and composed prefix (``max_additional_steps``); after that, each decision is an integer
+comparison,
 so deciding costs the same at step 10 and step 10⁶.
 """
 

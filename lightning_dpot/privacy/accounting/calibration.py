@@ -2,20 +2,20 @@ r"""Calibration: the largest number of steps, or the smallest noise multiplier, 
 
 Both searches work for any sampling scheme and accountant and use that ε is monotone.
 
-* **Steps.** ε is non-decreasing in the number of composed steps :math:`T`.
-  :func:`largest_count_within` finds the largest :math:`T \le` ``search_limit`` with
-  :math:`\varepsilon(T) \le \varepsilon^*` by galloping (1, 2, 4, ...) then bisection,
-  :math:`O(\log T)` evaluations of
-  :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history`, which computes
-  the one-step analysis once and reuses it for every :math:`T`; the answer is exact,
-  :math:`\varepsilon(T) \le \varepsilon^* < \varepsilon(T + 1)`. It returns ``search_limit``
-  when that many steps fit (ε grows without bound in :math:`T`, but for huge σ it may need more)
-  and 0 when one step already exceeds. :func:`max_steps` applies it to one (σ, q).
+* **Steps.** ε is non-decreasing in the number of composed steps ``T``.
+  ``largest_count_within`` finds the largest ``T \le`` ``search_limit`` with
+  ``\varepsilon(T) \le \varepsilon^*`` by galloping (1, 2, 4, ...) then bisection,
+  ``O(\log T)`` evaluations of
+  ``epsilon_of_history``, which computes
+  the one-step analysis once and reuses it for every ``T``; the answer is exact,
+  ``\varepsilon(T) \le \varepsilon^* < \varepsilon(T + 1)``. It returns ``search_limit``
+  when that many steps fit (ε grows without bound in ``T``, but for huge σ it may need more)
+  and 0 when one step already exceeds. ``max_steps`` applies it to one (σ, q).
   dp-accounting's ``calibrate_dp_mechanism(..., discrete=True)`` would rebuild the one-step
   analysis at every trial count (measured 18-20× slower under RDP, 1.6× under PLD,
   docs/privacy_accounting.md) and guarantee the answer to within one step only.
-* **Noise.** ε is decreasing in σ. :func:`min_noise_multiplier` gallops from a start by a ratio
-  to bracket the smallest σ with :math:`\varepsilon(\sigma) \le \varepsilon^*`, then
+* **Noise.** ε is decreasing in σ. ``min_noise_multiplier`` gallops from a start by a ratio
+  to bracket the smallest σ with ``\varepsilon(\sigma) \le \varepsilon^*``, then
   dp-accounting's ``calibrate_dp_mechanism`` (Brent's method on a fresh ``RdpAccountant`` /
   ``PLDAccountant`` composing ``SelfComposedDpEvent(step, T)``) finds it to within
   ``tolerance`` (absolute, in units of σ) on the side that meets the target: the returned σ
@@ -58,14 +58,14 @@ from lightning_dpot.privacy.mechanisms.gaussian import gaussian_sigma
 T = TypeVar("T", int, float)
 
 DEFAULT_SEARCH_LIMIT = 10**9
-"""Largest number of steps :func:`largest_count_within` searches; returned when even that many
+"""Largest number of steps ``largest_count_within`` searches; returned when even that many
 fit."""
 
 DEFAULT_NOISE_TOLERANCE = 1e-3
-"""Absolute tolerance of :func:`min_noise_multiplier`, in units of σ."""
+"""Absolute tolerance of ``min_noise_multiplier``, in units of σ."""
 
 DEFAULT_MAX_NOISE_MULTIPLIER = 1e4
-"""Largest σ :func:`min_noise_multiplier` tries before declaring a target unreachable."""
+"""Largest σ ``min_noise_multiplier`` tries before declaring a target unreachable."""
 
 
 def _quiet_trials(epsilon: Callable[[T], float]) -> Callable[[T], float]:
@@ -170,8 +170,8 @@ def max_steps(
 ) -> int:
     """Largest number of steps T of (σ, q) with ε(T) ≤ ``target_epsilon`` at ``delta``.
 
-    :func:`largest_count_within` over :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.
-    epsilon_of_history` (the one-step analysis is computed once). Exact for the chosen
+    ``largest_count_within`` over ``epsilon_of_history`` (the one-step analysis is computed once).
+    Exact for the chosen
     accountant: ε(T) ≤ target < ε(T + 1) (for ``"pld"`` up to the monotonicity of the
     discretised composition, which holds in practice); 0 if one step already exceeds the
     target, ``search_limit`` if that many steps fit.
@@ -202,15 +202,15 @@ def min_noise_multiplier(
     ``steps`` steps of rate q (b/n without replacement) at ``delta``.
 
     dp-accounting's ``calibrate_dp_mechanism`` on ``SelfComposedDpEvent(step, steps)``
-    (:func:`~lightning_dpot.privacy.accounting.analysis.dp_events.step_event`) with a fresh
+    (``step_event``) with a fresh
     ``RdpAccountant`` over
-    :data:`~lightning_dpot.privacy.accounting.analysis.schemes.DEFAULT_RDP_ORDERS` or
+    ``DEFAULT_RDP_ORDERS`` or
     ``PLDAccountant`` (value discretization
-    :data:`~lightning_dpot.privacy.accounting.analysis.schemes.DEFAULT_PLD_VALUE_DISCRETIZATION`),
-    the ε of :func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history`:
+    ``DEFAULT_PLD_VALUE_DISCRETIZATION``),
+    the ε of ``epsilon_of_history``:
     ``ε(σ) <= target_epsilon`` and ``ε(σ - tolerance) > target_epsilon`` (unless σ ≤
     ``tolerance``). Without replacement one run's capped curve
-    (:func:`~lightning_dpot.privacy.accounting.analysis.rdp_swor.swor_gaussian_rdp`) gives the
+    (``swor_gaussian_rdp``) gives the
     smaller of the subsampled and the plain Gaussian's ε (the conversion is increasing in each
     order's ρ), so σ is the smaller of their two calibrations. For ``"rdp"`` galloping starts at
     σ = 1 with ratio 2; for ``"pld"`` (each evaluation is a full PLD composition, slow for small
@@ -285,9 +285,9 @@ def calibrated_noise_std(
     the planned releases spend at most ``target_epsilon`` at ``delta``.
 
     ``sample_rate=None``: one Gaussian release of the whole dataset (a
-    :class:`~lightning_dpot.privacy.events.GaussianRelease`, ``releases`` must be 1), calibrated
+    ``GaussianRelease``, ``releases`` must be 1), calibrated
     by the analytic Gaussian mechanism (Balle & Wang 2018). Otherwise ``releases`` subsampled
-    Gaussian steps of rate q (:func:`min_noise_multiplier`), the multiplier scaled by the ℓ2
+    Gaussian steps of rate q (``min_noise_multiplier``), the multiplier scaled by the ℓ2
     ``sensitivity``.
 
     Raises:

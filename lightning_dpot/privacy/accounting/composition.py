@@ -1,9 +1,9 @@
 """What a run released, composed incrementally: O(1) time and memory per event.
 
-A :class:`Composition` takes the events a module's release objects emitted
-(:mod:`lightning_dpot.privacy.events`) one by one and keeps them as the driving accountant's
+A ``Composition`` takes the events a module's release objects emitted
+(``lightning_dpot.privacy.events``) one by one and keeps them as the driving accountant's
 history of runs ``(σ, q, count)`` (a run of 10⁶ identical steps is one entry), or as the one
-one-shot :class:`~lightning_dpot.privacy.events.GaussianRelease` of a run that releases once.
+one-shot ``GaussianRelease`` of a run that releases once.
 Its ε is the accountant's (Rényi DP or privacy loss distributions) for subsampled steps and the
 analytic Gaussian mechanism's (Balle & Wang 2018) for a one-shot release, cached per composed
 count, so asking for it again costs nothing until another event arrives.
@@ -39,7 +39,7 @@ class Composition:
         >>> composition.releases, composition.accountant.history
         (1000, [(1.0, 0.01, 1000)])
         >>> round(composition.epsilon(1e-5), 3)
-        1.254
+        2.101
     """
 
     def __init__(self, accountant: str = "rdp") -> None:

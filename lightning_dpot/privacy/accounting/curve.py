@@ -1,12 +1,12 @@
 """ε over the steps of a run: a bounded record of what the accountant reported, and its plot.
 
-:class:`EpsilonCurve` keeps the pairs (optimizer step, ε at δ) that
-:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback` logs as it composes releases, in at
+``EpsilonCurve`` keeps the pairs (optimizer step, ε at δ) that
+``PrivacyAccountantCallback`` logs as it composes releases, in at
 most ``capacity`` points: when the record is full, every other kept point is dropped and the
 spacing between kept steps doubles, so a run of any length keeps evenly spaced points; the
 latest pair is always kept. It is bookkeeping only: each ε is the accountant's own (a function
 of the public σ, q and step count, never of the data), so the curve and its plot reveal nothing
-the report does not. :func:`plot_epsilon_curve` draws it (``epsilon.png`` of a run).
+the report does not. ``plot_epsilon_curve`` draws it (``epsilon.png`` of a run).
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ class EpsilonCurve:
     Args:
         capacity: most points kept (≥ 2), the latest pair included.
 
-    Example::
+    Example (spacing 4, and the latest point)::
 
-        curve = EpsilonCurve(capacity=4)
-        for step in range(10):
-            curve.record(step, 0.1 * step)
-        curve.points()  # [(0, 0.0), (4, 0.4), (8, 0.8), (9, 0.9)]: spacing 4 and the latest
+        >>> curve = EpsilonCurve(capacity=4)
+        >>> for step in range(10):
+        ...     curve.record(step, 0.1 * step)
+        >>> [(step, round(eps, 1)) for step, eps in curve.points()]
+        [(0, 0.0), (4, 0.4), (8, 0.8), (9, 0.9)]
     """
 
     def __init__(self, capacity: int = 512) -> None:
@@ -99,7 +100,7 @@ def plot_epsilon_curve(
 ) -> Path:
     """Draw ε against the optimizer step as a PNG at ``path`` (matplotlib, Agg), with the target
     as a dashed line when there is one; returns ``path``. Between two kept points the line holds
-    the later point's ε (:func:`upper_staircase`): ε grows with the steps, so the picture never
+    the later point's ε (``upper_staircase``): ε grows with the steps, so the picture never
     shows less than was spent, however sparse the kept points (a chord of the concave curve
     would).
 

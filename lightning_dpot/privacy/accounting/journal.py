@@ -2,11 +2,11 @@
 
 A checkpoint holds the accountant's history as of the step it was written; a process killed
 later has made more releases, and their outputs (a logged metric, a sample, a checkpoint) may
-already have left it. So the accountant attaches a :class:`ReleaseJournal` to every release
-object's :class:`~lightning_dpot.privacy.events.EventLog`: :meth:`ReleaseJournal.append` writes
+already have left it. So the accountant attaches a ``ReleaseJournal`` to every release
+object's ``EventLog``: ``ReleaseJournal.append`` writes
 one JSON line per event inside ``emit``, which a release object calls before it draws its noise.
 The line reaches the operating system at once (a killed process loses none); it is made durable
-on disk (``fsync``) in groups by :meth:`ReleaseJournal.commit`, which the accountant calls
+on disk (``fsync``) in groups by ``ReleaseJournal.commit``, which the accountant calls
 before anything derived from those releases can leave the process: a logged metric, a
 checkpoint, the end of an epoch (samples, evaluations), the end of the run and the crash
 handler. One ``fsync`` per group instead of one per release keeps the cost of a step constant
@@ -20,16 +20,16 @@ after the last checkpoint, by any process, count (a crash over-counts by the one
 journaled, and two resumes from one checkpoint, one after the other, count both branches: never
 an under-count).
 
-One process at a time holds the journal (:meth:`ReleaseJournal.acquire`): a second process
+One process at a time holds the journal (``ReleaseJournal.acquire``): a second process
 resuming the same run while the first still runs is refused.
 
 The first line, ``{"journal": id}``, names the journal (the checkpoint stores the id, so another
 run's journal is refused). Each further line is ``{"process": p, "seq": k, "release": i,
 "event": {...}}``: ``k`` counts process ``p``'s releases from 0, ``i`` is the index of the
-release object in the module's :meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.
-privacy_releases`. A last line without its newline is an append that a crash interrupted: its
-``emit`` never returned, so its noise was never drawn. :meth:`ReleaseJournal.read` ignores it
-and :meth:`ReleaseJournal.acquire` cuts it off (once, with a warning), so the next append starts
+release object in the module's ``privacy_releases``. A last line without its newline is an append
+that a crash interrupted: its
+``emit`` never returned, so its noise was never drawn. ``ReleaseJournal.read`` ignores it
+and ``ReleaseJournal.acquire`` cuts it off (once, with a warning), so the next append starts
 on a line of its own. Any other unreadable line is refused.
 """
 
@@ -70,7 +70,7 @@ class ReleaseJournal:
         self._uncommitted = 0
 
     def acquire(self) -> None:
-        """Hold the journal alone (an ``flock`` on ``<journal>.lock``) until :meth:`release`
+        """Hold the journal alone (an ``flock`` on ``<journal>.lock``) until ``release``
         or the process ends: a second process resuming the same run at the same time would
         compose the journal without the first one's later releases and check the budget
         alone, so it is refused. An interrupted last line is cut off here.
@@ -95,7 +95,7 @@ class ReleaseJournal:
         self._cut_torn_tail()
 
     def release(self) -> None:
-        """Commit, close and let another process take the journal (:meth:`acquire`)."""
+        """Commit, close and let another process take the journal (``acquire``)."""
         self.close()
         if self._lock is not None:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
@@ -124,7 +124,7 @@ class ReleaseJournal:
 
     def read(self) -> list[tuple[int, PrivacyEvent]]:
         """``(release index, event)`` of every complete line, in file order; sets
-        :attr:`position` to their number.
+        ``position`` to their number.
 
         Raises:
             FileNotFoundError: if the journal does not exist.
@@ -179,7 +179,7 @@ class ReleaseJournal:
 
     def append(self, index: int, event: PrivacyEvent) -> None:
         """Write one event to the file (the operating system holds it from here on; it is on
-        disk after the next :meth:`commit`).
+        disk after the next ``commit``).
 
         Raises:
             OSError: if the line could not be written whole (a full disk, a quota): the part

@@ -3,18 +3,18 @@ earlier layout to the current one (as Lightning's ``utilities/migration`` does f
 
 Two pieces of a checkpoint carry privacy state:
 
-* the **module's**: ``checkpoint["privacy"]`` (:data:`PRIVACY_KEY`), written by
-  :class:`~lightning_dpot.privacy.contract.ReleasesPrivateData` for every method alike:
+* the **module's**: ``checkpoint["privacy"]`` (``PRIVACY_KEY``), written by
+  ``ReleasesPrivateData`` for every method alike:
   ``{"version", "releases": [state of each release object], "plan", "settings", "facts"}``. Earlier
   layouts kept one key per method (``privacy_releases`` for DP-Sinkhorn, ``merf_release`` and
   ``merf_kernel`` for DP-MERF, ``dpsw_release`` for the DPSW methods) beside ``privacy_plan``;
-* the **accountant's** callback state (:class:`~lightning_dpot.callbacks.
-  PrivacyAccountantCallback`): ``{"version", "composition", "journal": {"path", "id",
+* the **accountant's** callback state (``PrivacyAccountantCallback``): ``{"version", "composition",
+"journal": {"path", "id",
   "position"}, ...}``. Version 1 kept only the accountant's history; version 2 kept the
   one-shot release apart and named the journal as ``[path, id]``, without the position.
 
-Each migration takes one version to the next; :func:`migrate_module_state` and
-:func:`migrate_accountant_state` apply them in order, so a checkpoint of any earlier version is
+Each migration takes one version to the next; ``migrate_module_state`` and
+``migrate_accountant_state`` apply them in order, so a checkpoint of any earlier version is
 read by one code path. A layout newer than this package's is refused.
 """
 

@@ -1,12 +1,12 @@
 """The central-DP privacy report: what a run released and the (ε, δ) it spent, as plain JSON.
 
-:class:`~lightning_dpot.callbacks.PrivacyAccountantCallback` is the only writer of
+``PrivacyAccountantCallback`` is the only writer of
 ``privacy_report.json`` and of the ``privacy`` section of ``report.json``; it calls
-:func:`privacy_report` with what it composed and :func:`write_privacy_report` at the end of
+``privacy_report`` with what it composed and ``write_privacy_report`` at the end of
 training. This module only formats those facts.
 
 The report states the adjacency, the assumption that the dataset size N is public
-(:data:`DATASET_SIZE_ASSUMPTION`), ε under the driving accountant and under each further one
+(``DATASET_SIZE_ASSUMPTION``), ε under the driving accountant and under each further one
 that can analyse the sampling scheme, the accountants' settings and library, the module's facts
 (sensitivity, noise source, whether any seed is public, the events each release object emitted),
 the run's release journal, what lies outside the guarantee, and the exception that ended the run
@@ -64,7 +64,7 @@ def privacy_report(
 
     Args:
         accountant: the driving accountant, holding the composed subsampled steps.
-        one_shot: the composed one-shot :class:`~lightning_dpot.privacy.events.GaussianRelease`
+        one_shot: the composed one-shot ``GaussianRelease``
             (at most one, and then ``accountant`` is empty).
         epsilon: ε spent at ``delta`` (the analytic Gaussian mechanism's for a one-shot
             release); ``None`` when δ is unknown.
@@ -74,8 +74,8 @@ def privacy_report(
             ``(None, None)``.
         releases: events composed; ``stopped_by_budget``: whether training stopped at the
             target; ``module_facts``: the module's
-            :meth:`~lightning_dpot.privacy.contract.ReleasesPrivateData.privacy_facts`.
-        journal: the run's release journal (:mod:`lightning_dpot.privacy.accounting.journal`).
+            ``privacy_facts``.
+        journal: the run's release journal (``lightning_dpot.privacy.accounting.journal``).
         outside_the_guarantee: what the run used or produced that the (ε, δ) does not cover.
         ended_by: the exception that ended the run, ``None`` when it ended normally.
         ledger: the run's entry in its data module's privacy ledger and the total of every
@@ -157,7 +157,7 @@ LOCAL_PATH = "<local path>"
 def shareable_report(report: Any) -> Any:
     """``report`` (a privacy report, or a run's ``report.json``, at any depth) as it may leave
     the machine — embedded in an exported generator or uploaded as an artifact: without the
-    :data:`LOCAL_KEYS` and with every absolute path replaced by :data:`LOCAL_PATH`."""
+    ``LOCAL_KEYS`` and with every absolute path replaced by ``LOCAL_PATH``."""
     if isinstance(report, dict):
         return {k: shareable_report(v) for k, v in report.items() if k not in LOCAL_KEYS}
     if isinstance(report, list):

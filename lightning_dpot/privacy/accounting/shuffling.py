@@ -25,7 +25,7 @@ optimal analysis of privacy amplification by shuffling", FOCS 2021 (arXiv:2012.1
   D_{e^ε}(P‖Q) = Σ_o max(0, P(o) − e^ε Q(o)) is the hockey-stick divergence. C is a function of
   the output (the coordinates sum to C + 1), so δ(ε) = Σ_c Pr[C = c] δ_c(ε) with δ_c the
   divergence of the conditional pair, computed here in closed form from binomial tails (see
-  :func:`_clone_pair_divergence`). ε for a target δ is found by bisection on [0, ε0]
+  ``_clone_pair_divergence``). ε for a target δ is found by bisection on [0, ε0]
   (δ(ε) is non-increasing in ε and δ(ε0) = 0). This is an upper bound on the privacy of the
   shuffled release for every ε0 > 0; it is tighter than the closed form.
 """
@@ -70,7 +70,7 @@ def shuffle_epsilon_closed_form(epsilon0: float, n: int, delta: float) -> float:
     ε = log(1 + (e^ε0 − 1)/(e^ε0 + 1) · (8 √(e^ε0 log(4/δ)) / √n + 8 e^ε0 / n)),
 
     valid only for ε0 ≤ log(n / (16 log(2/δ))); outside that range this function refuses
-    (use :func:`shuffle_epsilon_numerical`, which has no such restriction).
+    (use ``shuffle_epsilon_numerical``, which has no such restriction).
 
     Args:
         epsilon0: pure local DP parameter of each report, ε0 > 0.
@@ -153,7 +153,7 @@ def shuffle_delta_numerical(
     """δ(ε) of ``n`` shuffled ε0-LDP reports by the numerical clone bound of FMT21.
 
     δ(ε) = Σ_c Pr[C = c] δ_c(ε) with C ~ Bin(n − 1, e^−ε0) and δ_c from
-    :func:`_clone_pair_divergence`. Values of c whose total probability is below
+    ``_clone_pair_divergence``. Values of c whose total probability is below
     2·``tail_mass`` are not evaluated; their mass is added to δ instead (δ_c ≤ 1), so the result
     stays an upper bound.
 
@@ -185,7 +185,7 @@ def shuffle_epsilon_numerical(
     """Central ε of ``n`` shuffled ε0-LDP reports by the numerical clone bound of FMT21.
 
     Bisection on ε ∈ [0, ε0] for the smallest ε with δ(ε) ≤ ``delta``
-    (:func:`shuffle_delta_numerical`, non-increasing in ε, δ(ε0) = 0). The returned value is the
+    (``shuffle_delta_numerical``, non-increasing in ε, δ(ε0) = 0). The returned value is the
     upper end of the final bracket, so it is a valid ε (never below the exact root) and exceeds
     it by at most ``tolerance`` times itself (relative accuracy; values below 1e-12 are returned
     as they are). The truncation of C uses tail mass 1e-4·δ per tail, which only makes

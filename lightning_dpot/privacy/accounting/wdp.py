@@ -7,7 +7,7 @@ the output distributions is at most ε:
     W_μ(Pr_M(D), Pr_M(D')) = (inf_γ ∫ ‖x − y‖^μ dγ(x, y))^(1/μ) ≤ ε,   μ ≥ 1.
 
 Its ε is a distance in output units, not a log-likelihood ratio; it must never be reported or
-compared as the ε of (ε, δ)-DP. Every result here is a :class:`WDPGuarantee` whose ``guarantee``
+compared as the ε of (ε, δ)-DP. Every result here is a ``WDPGuarantee`` whose ``guarantee``
 string reads "WDP (μ, ε) = ...".
 
 What is implemented (formulas exactly as the paper states them):
@@ -15,7 +15,7 @@ What is implemented (formulas exactly as the paper states them):
 * Laplace and Gaussian mechanisms, closed forms (Proposition 7, 8; Table 1).
 * Conversions ε-DP → WDP and RDP → WDP (Proposition 9, 10).
 * The Wasserstein accountant for the Poisson-subsampled Gaussian mechanism
-  (:mod:`lightning_dpot.privacy.accounting.wdp_accountant`): per-step loss
+  (``lightning_dpot.privacy.accounting.wdp_accountant``): per-step loss
   (Theorem 2) through the absolute moment of a Gaussian (Lemma 1, Kummer's function ₁F₁), summed
   over steps with the tail bound of Corollary 1 (generalized WDP, Definition 5, with failure
   probability δ and free parameter β > 0). The paper takes inf over the gradient distance d_t;

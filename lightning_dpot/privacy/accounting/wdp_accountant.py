@@ -1,7 +1,7 @@
 """The Wasserstein accountant of Yang et al. 2024 (AAAI 2024) for the Poisson-subsampled Gaussian
 mechanism: the per-step loss (Theorem 2) through the absolute moment of a Gaussian (Lemma 1),
 summed over steps with the tail bound of Corollary 1. The notion, its caveats and the
-single-mechanism closed forms are in :mod:`lightning_dpot.privacy.accounting.wdp`; every result
+single-mechanism closed forms are in ``lightning_dpot.privacy.accounting.wdp``; every result
 is a WDP guarantee, never an (ε, δ)-DP statement.
 """
 
@@ -70,7 +70,7 @@ def subsampled_gaussian_wdp_loss(
     loss_t = [Σ_{i=1}^{n} E|Z_ti|^μ]^(1/μ) = (n · E|Z|^μ)^(1/μ),
     Z ~ N(q d_t, (2 − 2q + 2q²) σ²),
 
-    with E|Z|^μ from Lemma 1 (:func:`gaussian_absolute_moment`). The paper's pair is
+    with E|Z|^μ from Lemma 1 (``gaussian_absolute_moment``). The paper's pair is
     Pr_M(D) = (1 − q) N(0, σ²) + q N(d_t, σ²) versus Pr_M(D') = N(0, σ²) (add/remove adjacency
     under Poisson sampling); n is the number of components of Z_t, each distributed as above
     (n = 1 treats the released vector's difference as one coordinate of norm d_t).

@@ -1,14 +1,14 @@
 """Mechanisms: the code that adds noise to what depends on private records.
 
-* :mod:`~lightning_dpot.privacy.mechanisms.additive` — Laplace and Gaussian noise with their
-  calibration; :mod:`~lightning_dpot.privacy.mechanisms.gaussian` — the analytic Gaussian
+* ``lightning_dpot.privacy.mechanisms.additive`` — Laplace and Gaussian noise with their
+  calibration; ``lightning_dpot.privacy.mechanisms.gaussian`` — the analytic Gaussian
   mechanism (Balle & Wang 2018);
-* :mod:`~lightning_dpot.privacy.mechanisms.sensitivity`,
-  :mod:`~lightning_dpot.privacy.mechanisms.projections`,
-  :mod:`~lightning_dpot.privacy.mechanisms.transforms` — sensitivities from declared bounds,
+* ``lightning_dpot.privacy.mechanisms.sensitivity``,
+  ``lightning_dpot.privacy.mechanisms.projections``,
+  ``lightning_dpot.privacy.mechanisms.transforms`` — sensitivities from declared bounds,
   norm-ball projections and data-independent transforms applied before noise;
-* :mod:`~lightning_dpot.privacy.mechanisms.ldp` — the local randomizer that privatizes a data
+* ``lightning_dpot.privacy.mechanisms.ldp`` — the local randomizer that privatizes a data
   set once;
-* :mod:`~lightning_dpot.privacy.mechanisms.gradient_sanitizer` — DP-Sinkhorn's release: block
+* ``lightning_dpot.privacy.mechanisms.gradient_sanitizer`` — DP-Sinkhorn's release: block
   clipping and Gaussian noise on the gradient w.r.t. the generated samples.
 """

@@ -1,14 +1,14 @@
 """Local randomizers: the Laplace and Gaussian mechanisms (Reshetova et al. 2024, §II, eqs. 8–10).
 
 A mechanism is fully determined by its public parameters: the sensitivity Δ (from declared
-bounds or a projection radius, see :mod:`lightning_dpot.privacy.mechanisms.sensitivity`) and either
+bounds or a projection radius, see ``lightning_dpot.privacy.mechanisms.sensitivity``) and either
 the privacy target (ε, δ) or the noise scale. The other is derived, so a configuration can state
 whichever the paper states (e.g. "b = 3" in Reshetova et al. 2024, Fig. 11 or "(35, 1e-4)" in
 Fig. 3).
 
 * Laplace: Z_i ~ Laplace(0, b) i.i.d., b = Δ1/ε — pure ε-DP, density ∝ exp(−‖z‖₁/b).
   Its matched OT cost is ‖·‖₁ with λ = b (p = 1, Theorem 1 of Reshetova et al. 2024).
-* Gaussian: Z_i ~ N(0, σ²) i.i.d., σ from :mod:`lightning_dpot.privacy.mechanisms.gaussian` — (ε,
+* Gaussian: Z_i ~ N(0, σ²) i.i.d., σ from ``lightning_dpot.privacy.mechanisms.gaussian`` — (ε,
   δ)-DP. Its matched OT cost is ‖·‖₂² with λ = 2σ² (p = 2).
 """
 
@@ -69,7 +69,7 @@ class LaplaceMechanism:
 
     def sample_noise(self, shape: tuple[int, ...], generator: NoiseSource) -> Tensor:
         """i.i.d. Laplace(0, b) noise by inverse CDF: b·sign(u)·(−log(1 − 2|u|)), u ~ U(−½, ½)
-        (:mod:`~lightning_dpot.rng` for the sources)."""
+        (``lightning_dpot.rng`` for the sources)."""
         u = uniform(shape, generator).sub_(0.5)
         sign = torch.sign(u)
         # In place, bit-identical to −b·sign(u)·log1p(−2|u|): multiplying by ±1 is exact.

@@ -47,7 +47,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float) ->
     """Smallest σ with ``analytic_gaussian_delta(σ, ε, Δ) ≤ δ`` (root finding, rel. tol 1e-12),
     then 1e-9 relative above the root: brentq's root may lie on either side within its
     tolerance, and the step makes the returned σ the safe side, so that the ε
-    :func:`analytic_gaussian_epsilon` reports for it never exceeds ``epsilon``."""
+    ``analytic_gaussian_epsilon`` reports for it never exceeds ``epsilon``."""
     epsilon, delta = check_epsilon("epsilon", epsilon), check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
     # δ(σ) decreases in σ; bracket the root in units of Δ.
@@ -92,7 +92,7 @@ def zhao_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 
 
 def zhao_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
-    """Inverse of :func:`zhao_sigma`: with s = σ√2/Δ, ε = (2sc + 1) / s²."""
+    """Inverse of ``zhao_sigma``: with s = σ√2/Δ, ε = (2sc + 1) / s²."""
     sigma = check_positive("sigma", sigma)
     delta = check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)
@@ -113,7 +113,7 @@ def classical_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
 
 
 def classical_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
-    """Inverse of :func:`classical_sigma`; refused when the result is not < 1."""
+    """Inverse of ``classical_sigma``; refused when the result is not < 1."""
     sigma = check_positive("sigma", sigma)
     delta = check_delta("delta", delta)
     sensitivity = check_positive("sensitivity", sensitivity)

@@ -13,7 +13,7 @@ Privacy. Under add/remove-one adjacency, both clipped cross blocks have Frobeniu
 has standard deviation ``noise_std = 2Δσ`` per entry, so one release is the Gaussian mechanism
 with noise multiplier ``noise_std / sensitivity_l2 = σ`` and, with Poisson sampling at rate q, one
 step of the Poisson-subsampled Gaussian mechanism (σ, q) — what
-:meth:`GradientSanitizer.accounting_noise_multiplier` reports, computed from the two numbers the
+``GradientSanitizer.accounting_noise_multiplier`` reports, computed from the two numbers the
 hook actually uses. G̃_d is a function of the generator alone (post-processing).
 
 Why not the paper's per-row text: §4.3 clips each row to Δ and adds N(0, Δ²σ²); its Theorem 4.1
@@ -25,10 +25,10 @@ Noise source. The noise must be secret: by default it comes from a private ``tor
 seeded from OS entropy (``noise_seed=None``). An explicit ``noise_seed`` makes runs reproducible
 (the noise of the run's k-th release on rank r is drawn from a generator seeded by
 ``(noise_seed, k, r)``), but anyone who knows the seed can subtract the noise: use it for tests
-and debugging only (:class:`~lightning_dpot.rng.SecretNoise`).
+and debugging only (``SecretNoise``).
 
-Events. The sanitizer is a release object (:mod:`lightning_dpot.privacy.contract`): every call
-with noise emits one :class:`~lightning_dpot.privacy.events.SubsampledGaussianStep` (σ, q) into
+Events. The sanitizer is a release object (``lightning_dpot.privacy.contract``): every call
+with noise emits one ``SubsampledGaussianStep`` (σ, q) into
 ``events``, q being the Poisson rate the method sets in ``sample_rate``. Under DDP each rank
 sanitizes its own block (parallel composition: one step) and emits into its own log.
 """
@@ -71,8 +71,8 @@ class GradientSanitizer:
             (non-private reference; clipping still applies).
         noise_seed: ``None`` (default): secret noise from OS entropy. An integer: reproducible
             noise, **no privacy** against anyone who knows it (module docstring).
-        secure_rng: draw the noise from the OS CSPRNG (:class:`~lightning_dpot.privacy.
-            secure_rng.OSRandom`, on the CPU, then copied to the gradient's device) instead of
+        secure_rng: draw the noise from the OS CSPRNG (``OSRandom``, on the CPU, then copied to the
+        gradient's device) instead of
             a secretly seeded ``torch.Generator``; excludes ``noise_seed``.
         sample_rate: the Poisson rate q of the batches whose gradients it sanitizes (1 for a
             whole dataset); part of every event, so required before a call with noise (the

@@ -6,7 +6,7 @@ per record.
 with f a fixed transform (identity or DCT), Π an optional projection onto an ℓ1/ℓ2 ball and
 Z_i the mechanism's noise. Sensitivity is derived from the source's declared diameters, the
 transform and the projection radii
-(:func:`~lightning_dpot.privacy.mechanisms.sensitivity.declared_sensitivity`).
+(``declared_sensitivity``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class LocalRandomizer:
 
     def check_records(self, x: Tensor) -> None:
         """Refuse an empty set, records of another shape, non-finite records and records outside
-        the declared bounds (:func:`~lightning_dpot.checks.check_records`)."""
+        the declared bounds (``check_records``)."""
         if x.numel() == 0:
             raise ValueError("the dataset is empty: nothing to privatize")
         if tuple(x.shape[1:]) != self.transform.sample_shape:

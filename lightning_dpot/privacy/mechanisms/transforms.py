@@ -3,7 +3,7 @@
 A transform maps a record of shape ``sample_shape`` to a vector in R^m; the mechanism privatizes
 that vector and the OT loss compares generated and privatized data in the same domain.
 Because the transform is fixed in advance (no data-dependent choices), the sensitivity in the
-transformed domain follows from the declared bounds alone (:meth:`RecordTransform.diameters`).
+transformed domain follows from the declared bounds alone (``RecordTransform.diameters``).
 """
 
 from __future__ import annotations

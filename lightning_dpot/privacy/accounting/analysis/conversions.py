@@ -1,23 +1,23 @@
-r"""From a composed RDP curve or PLD to :math:`(\varepsilon, \delta)`.
+r"""From a composed RDP curve or PLD to ``(\varepsilon, \delta)``.
 
 RDP
 ---
-A mechanism that is :math:`(\alpha, \rho_\alpha)`-RDP for every order :math:`\alpha` of a grid
-is :math:`(\varepsilon, \delta)`-DP with the improved conversion of Canonne, Kamath, Steinke 2020
+A mechanism that is ``(\alpha, \rho_\alpha)``-RDP for every order ``\alpha`` of a grid
+is ``(\varepsilon, \delta)``-DP with the improved conversion of Canonne, Kamath, Steinke 2020
 (Prop. 12) / Asoodeh et al. 2021,
 
 .. math:: \varepsilon = \min_\alpha\; \rho_\alpha + \log(1 - 1/\alpha)
           - \frac{\log \delta + \log \alpha}{\alpha - 1},
 
 minimised over the grid
-(:data:`~lightning_dpot.privacy.accounting.analysis.schemes.DEFAULT_RDP_ORDERS`).
+(``DEFAULT_RDP_ORDERS``).
 An upper bound on the true ε. When the minimum sits at an end of the grid it may lie outside
-it, so ε (still valid) may be loose: :func:`rdp_to_epsilon` warns, as Opacus does.
+it, so ε (still valid) may be loose: ``rdp_to_epsilon`` warns, as Opacus does.
 
 PLD
 ---
-:math:`\varepsilon(\delta)` of a composed privacy loss distribution is the smallest ε whose
-hockey-stick divergence :math:`\mathbb E[(1 - e^{\varepsilon - L})_+]` is at most δ, computed by
+``\varepsilon(\delta)`` of a composed privacy loss distribution is the smallest ε whose
+hockey-stick divergence ``\mathbb E[(1 - e^{\varepsilon - L})_+]`` is at most δ, computed by
 dp-accounting on the discretised (pessimistic) distribution.
 """
 
@@ -43,9 +43,9 @@ def rdp_to_epsilon(
 ) -> float:
     r"""Convert a (composed) RDP curve to ε at ``delta``.
 
-    :math:`\varepsilon = \min_\alpha \rho_\alpha + \log(1-1/\alpha) - (\log\delta + \log\alpha)
-    / (\alpha-1)` (Canonne, Kamath, Steinke 2020, Prop. 12), by dp-accounting's
-    ``compute_epsilon``. Warns (:class:`RDPOrderEdgeWarning`) when the optimal order is the
+    ``\varepsilon = \min_\alpha \rho_\alpha + \log(1-1/\alpha) - (\log\delta + \log\alpha) /
+    (\alpha-1)`` (Canonne, Kamath, Steinke 2020, Prop. 12), by dp-accounting's
+    ``compute_epsilon``. Warns (``RDPOrderEdgeWarning``) when the optimal order is the
     smallest or the largest of ``orders``.
     """
     delta = check_delta("delta", delta)

@@ -2,22 +2,22 @@ r"""The subsampled Gaussian steps as dp-accounting ``DpEvent``\ s, and their one
 
 Every analysis of the package is dp-accounting's, reached through its public API: a history of
 runs ``(noise_multiplier, sample_rate, num_steps)`` of one scheme
-(:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`) is the event
+(``lightning_dpot.privacy.accounting.analysis.schemes``) is the event
 
 .. math:: \mathrm{ComposedDpEvent}\big[\mathrm{SelfComposedDpEvent}(E(\sigma_i, q_i), T_i)
           \big]_{\text{runs}},
 
-with the step :math:`E` of the scheme (:func:`step_event`):
+with the step ``E`` of the scheme (``step_event``):
 
 * ``"poisson"``: ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))`` under
   ``NeighboringRelation.ADD_OR_REMOVE_ONE``;
 * ``"without_replacement"``: ``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(σ))``
-  with :math:`b/n = q` under ``NeighboringRelation.REPLACE_ONE`` (dp-accounting's analysis
+  with ``b/n = q`` under ``NeighboringRelation.REPLACE_ONE`` (dp-accounting's analysis
   reads only the ratio b/n, Wang, Balle, Kasiviswanathan 2019, Thm. 9).
 
-:func:`rdp_of_event` is dp-accounting's ``RdpAccountant`` composing an event, read through its
+``rdp_of_event`` is dp-accounting's ``RdpAccountant`` composing an event, read through its
 public ``rdp`` property. The accountants call it once per distinct (σ, q) and compose T steps
-as :math:`T\rho_\alpha` themselves (RDP composes additively, exactly as ``RdpAccountant`` does
+as ``T\rho_\alpha`` themselves (RDP composes additively, exactly as ``RdpAccountant`` does
 for a ``SelfComposedDpEvent``): one step's curve costs 20-700 ms over the default orders, and
 the callback reads ε after every training step.
 """
@@ -85,7 +85,7 @@ def rdp_of_event(
     sampling: str = POISSON,
     orders: Sequence[float] = DEFAULT_RDP_ORDERS,
 ) -> np.ndarray:
-    r"""RDP curve :math:`\alpha \mapsto \rho_\alpha` of ``event`` under the relation of
+    r"""RDP curve ``\alpha \mapsto \rho_\alpha`` of ``event`` under the relation of
     ``sampling``: dp-accounting's ``RdpAccountant(orders, relation).compose(event).rdp``.
     Entries may be ``inf`` where dp-accounting's series does not converge."""
     accountant = dp_accounting.rdp.RdpAccountant(

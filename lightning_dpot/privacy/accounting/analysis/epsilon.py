@@ -1,25 +1,25 @@
-r"""The one path from (scheme, q, σ, steps, δ) to ε: :func:`epsilon_of_history`.
+r"""The one path from (scheme, q, σ, steps, δ) to ε: ``epsilon_of_history``.
 
 A history is a list of runs ``(noise_multiplier, sample_rate, num_steps)`` of one sampling
-scheme (:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`), the dp-accounting event
-:func:`~lightning_dpot.privacy.accounting.analysis.dp_events.history_event`. Under each
+scheme (``lightning_dpot.privacy.accounting.analysis.schemes``), the dp-accounting event
+``history_event``. Under each
 accountant dp-accounting's one-step analysis of the scheme's ``DpEvent`` is composed over the
 runs and converted, as its ``RdpAccountant`` / ``PLDAccountant`` compose the history's event (the
 tests pin the two equal), with the one-step analyses kept in a ``cache``:
 
-* ``"rdp"``: :math:`\varepsilon = \mathrm{conv}_\delta\big(\sum_{\text{runs}} T_i\,
-  \rho_\alpha(\sigma_i, q_i)\big)`, with the one-step curve :math:`\rho_\alpha` of the scheme
-  (:data:`RDP_CURVES`: Mironov, Talwar, Zhang 2019 for Poisson, Wang, Balle, Kasiviswanathan
+* ``"rdp"``: ``\varepsilon = \mathrm{conv}_\delta\big(\sum_{\text{runs}} T_i\, \rho_\alpha(\sigma_i,
+q_i)\big)``, with the one-step curve ``\rho_\alpha`` of the scheme
+  (``RDP_CURVES``: Mironov, Talwar, Zhang 2019 for Poisson, Wang, Balle, Kasiviswanathan
   2019 for sampling without replacement) and the conversion of Canonne, Kamath, Steinke 2020
-  (:func:`~lightning_dpot.privacy.accounting.analysis.conversions.rdp_to_epsilon`);
-* ``"pld"``: :math:`\varepsilon(\delta)` of :math:`\bigotimes_{\text{runs}}
-  \mathrm{PLD}(\sigma_i, q_i)^{\otimes T_i}` (:data:`PLDS`: Poisson only;
-  :func:`~lightning_dpot.privacy.accounting.analysis.conversions.pld_to_epsilon`).
+  (``rdp_to_epsilon``);
+* ``"pld"``: ``\varepsilon(\delta)`` of ``\bigotimes_{\text{runs}} \mathrm{PLD}(\sigma_i,
+q_i)^{\otimes T_i}`` (``PLDS``: Poisson only;
+  ``pld_to_epsilon``).
 
-Every ε of a subsampled Gaussian history in the package goes through :func:`epsilon_of_history`:
-the stateful accountants (:mod:`lightning_dpot.privacy.accounting.accountants`, which keep the
+Every ε of a subsampled Gaussian history in the package goes through ``epsilon_of_history``:
+the stateful accountants (``lightning_dpot.privacy.accounting.accountants``, which keep the
 one-step analyses in a ``cache``), the step search of
-:mod:`lightning_dpot.privacy.accounting.calibration` and :func:`subsampled_gaussian_epsilon`.
+``lightning_dpot.privacy.accounting.calibration`` and ``subsampled_gaussian_epsilon``.
 The σ search there is dp-accounting's ``calibrate_dp_mechanism`` on the same events and
 accountant settings.
 """
@@ -70,7 +70,7 @@ StepCache = MutableMapping[tuple[float, float], Any]
 
 
 def check_accountant(accountant: str, sampling: str = POISSON) -> str:
-    """``accountant`` must be in :data:`ACCOUNTANTS` and able to analyse ``sampling``."""
+    """``accountant`` must be in ``ACCOUNTANTS`` and able to analyse ``sampling``."""
     if accountant not in ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {list(ACCOUNTANTS)}, got {accountant!r}")
     if check_sampling(sampling) not in SAMPLINGS_OF[accountant]:
@@ -97,7 +97,7 @@ def epsilon_of_history(
     Args:
         runs: ``(noise_multiplier, sample_rate, num_steps)`` triples of one scheme, composed in
             any order (validated and merged by
-            :func:`~lightning_dpot.privacy.accounting.analysis.schemes.compress_history`).
+            ``compress_history``).
         delta: target δ in (0, 1).
         accountant: ``"rdp"`` (over ``orders``) or ``"pld"`` (with
             ``value_discretization_interval``; Poisson sampling only).
@@ -144,5 +144,5 @@ def subsampled_gaussian_epsilon(
     sampling: str = POISSON,
 ) -> float:
     """ε at ``delta`` after ``steps`` identical steps of multiplier σ and rate q (b/n without
-    replacement): :func:`epsilon_of_history` of one run. ``steps = 0`` gives 0."""
+    replacement): ``epsilon_of_history`` of one run. ``steps = 0`` gives 0."""
     return epsilon_of_history([(noise_multiplier, sample_rate, steps)], delta, accountant, sampling)

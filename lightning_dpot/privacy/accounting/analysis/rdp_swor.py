@@ -1,11 +1,11 @@
 r"""RDP of one step of the Gaussian on a fixed-size subsample without replacement, replace-one.
 
 One step draws exactly ``b`` of the ``n`` records uniformly at random and adds
-:math:`\mathcal N(0, \sigma^2 \Delta^2 I)` to a function of ℓ2 sensitivity :math:`\Delta` under
-replace-one adjacency (:mod:`~lightning_dpot.privacy.accounting.analysis.schemes`). With sampling
-ratio :math:`\gamma = b/n` (``sample_rate``) its RDP is bounded by Theorem 9 / Theorem 27 of Wang,
+``\mathcal N(0, \sigma^2 \Delta^2 I)`` to a function of ℓ2 sensitivity ``\Delta`` under
+replace-one adjacency (``lightning_dpot.privacy.accounting.analysis.schemes``). With sampling
+ratio ``\gamma = b/n`` (``sample_rate``) its RDP is bounded by Theorem 9 / Theorem 27 of Wang,
 Balle, Kasiviswanathan 2019 ("Subsampled Rényi Differential Privacy and Analytical Moments
-Accountant", AISTATS) applied to the Gaussian's RDP :math:`\alpha / (2\sigma^2)`, as
+Accountant", AISTATS) applied to the Gaussian's RDP ``\alpha / (2\sigma^2)``, as
 dp-accounting's ``RdpAccountant`` evaluates it for a ``SampledWithoutReplacementDpEvent(n, b,
 GaussianDpEvent(σ))`` under ``NeighboringRelation.REPLACE_ONE``.
 
@@ -17,7 +17,7 @@ for γ close to 1 the bound of Wang et al. is loose and exceeds it (e.g. ε = 33
 σ = 1.2, T = 200, γ = 0.999, δ = 1e-5), while subsampling never increases the Rényi divergence
 (couple the two subsamples so they differ in at most one record; Rényi divergence is jointly
 quasi-convex, van Erven & Harremoës 2014, Thm. 13). Both are valid upper bounds, so is their
-minimum; for :math:`\gamma = 1` it equals :math:`\alpha / (2\sigma^2)`. dp-accounting 0.6 has
+minimum; for ``\gamma = 1`` it equals ``\alpha / (2\sigma^2)``. dp-accounting 0.6 has
 **no PLD** analysis of this event, so only the RDP accountant composes it.
 """
 
@@ -41,14 +41,14 @@ def swor_gaussian_rdp(
 ) -> np.ndarray:
     r"""RDP curve of ONE step of the Gaussian on a fixed-size subsample without replacement.
 
-    The bound of Wang, Balle, Kasiviswanathan 2019 (Thm. 9) at :math:`\gamma` = ``sample_rate``
-    = b/n, capped at :math:`\alpha / (2\sigma^2)` (module docstring): order by order, the
+    The bound of Wang, Balle, Kasiviswanathan 2019 (Thm. 9) at ``\gamma`` = ``sample_rate``
+    = b/n, capped at ``\alpha / (2\sigma^2)`` (module docstring): order by order, the
     smaller of dp-accounting's ``RdpAccountant`` curves of
     ``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(σ))`` and of
-    ``GaussianDpEvent(σ)``, both under replace-one (:func:`~lightning_dpot.privacy.accounting.
-    analysis.dp_events.rdp_of_event`). No ``DpEvent`` expresses this order-wise minimum, so
+    ``GaussianDpEvent(σ)``, both under replace-one (``rdp_of_event``). No ``DpEvent`` expresses this
+    order-wise minimum, so
     histories are composed from the capped curves
-    (:func:`~lightning_dpot.privacy.accounting.analysis.epsilon.epsilon_of_history`).
+    (``epsilon_of_history``).
     """
     sigma, q, _ = check_run(noise_multiplier, sample_rate, 1)
     subsampled = rdp_of_event(

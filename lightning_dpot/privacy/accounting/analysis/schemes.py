@@ -2,26 +2,26 @@ r"""Sampling schemes, their adjacency relations, and the histories the analysis 
 
 Poisson sampling (add/remove-one)
 ---------------------------------
-:math:`S_q` keeps every record of :math:`D` independently with probability ``sample_rate``
-:math:`q` (an empty sample is possible). :math:`D` and :math:`D'` are adjacent if one is the
+``S_q`` keeps every record of ``D`` independently with probability ``sample_rate``
+``q`` (an empty sample is possible). ``D`` and ``D'`` are adjacent if one is the
 other with one record added (``dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE``). This is
 the relation under which Poisson subsampling amplifies privacy as in
-:mod:`~lightning_dpot.privacy.accounting.analysis.rdp_poisson`; "replace one record" costs up to
+``lightning_dpot.privacy.accounting.analysis.rdp_poisson``; "replace one record" costs up to
 twice the sensitivity and is *not* what these numbers certify.
 
 Fixed-size sampling without replacement (replace-one)
 -----------------------------------------------------
 When each sampled record is released as its own noisy row (the sliced releases of
-:mod:`lightning_dpot.methods.dpsw`), the batch size is visible and the add/remove analysis does
+``lightning_dpot.methods.dpsw``), the batch size is visible and the add/remove analysis does
 not apply. Those modules draw, at every step, a uniformly random subset of exactly ``b`` of the
 ``n`` records (data-independent), and the guarantee is for *replacing* one record (``n`` is
 public): a replacement changes at most one released row, so one step is the Gaussian mechanism
 with ℓ2 sensitivity Δ on the subsample, i.e. the subsampled Gaussian without replacement with
-:math:`\gamma = b/n` (``sample_rate``, :func:`swor_sample_rate`) and multiplier σ
-(:mod:`~lightning_dpot.privacy.accounting.analysis.rdp_swor`).
+``\gamma = b/n`` (``sample_rate``, ``swor_sample_rate``) and multiplier σ
+(``lightning_dpot.privacy.accounting.analysis.rdp_swor``).
 
 The two adjacency relations differ, so runs of the two schemes are never composed together: a
-history is a list of :data:`Run` of one scheme.
+history is a list of ``Run`` of one scheme.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(
 """Rényi orders α over which ε is minimised: dp-accounting's default grid (1.1-10.9 by 0.1,
 11-63) extended with orders up to 1024 for very small ε (large σ, few steps). The optimum must
 lie strictly inside the grid for the bound to be tight; at an end point the bound is still valid,
-only looser, and :func:`~lightning_dpot.privacy.accounting.analysis.conversions.rdp_to_epsilon`
+only looser, and ``rdp_to_epsilon``
 warns."""
 
 DEFAULT_PLD_VALUE_DISCRETIZATION = 1e-4
@@ -65,7 +65,7 @@ Run = tuple[float, float, int]
 
 
 def check_sampling(sampling: str) -> str:
-    """``sampling`` must be a key of :data:`SAMPLINGS`."""
+    """``sampling`` must be a key of ``SAMPLINGS``."""
     if sampling not in SAMPLINGS:
         raise ValueError(f"sampling must be one of {list(SAMPLINGS)}, got {sampling!r}")
     return sampling
