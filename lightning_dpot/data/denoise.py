@@ -35,7 +35,7 @@ vectorized over the batch and channel axes.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -130,3 +130,63 @@ def wavelet_denoise(
     if clip is not None:
         out = out.clamp(clip[0], clip[1])
     return out
+
+
+class WaveletDenoising:
+    """The data modules' ``denoise="wavelet"``: the release → images (inverse record transform)
+    → :func:`wavelet_denoise` with the mechanism's public noise std, clipped to the declared
+    bounds → forward transform. Post-processing: the release and its cache file are left as they
+    are; training reads the result.
+
+    Raises:
+        ValueError: ``denoise`` other than ``None``/``"wavelet"``, a ``wavelet`` PyWavelets
+            does not have, or a non-identity ``transform`` (the release must hold images)."""
+
+    def __init__(self, wavelet: str = "db4", transform: str | None = None) -> None:
+        import pywt
+
+        if wavelet not in pywt.wavelist(kind="discrete"):
+            raise ValueError(
+                "denoise_wavelet must be a discrete PyWavelets wavelet "
+                f"(pywt.wavelist(kind='discrete')), got {wavelet!r}"
+            )
+        if transform is not None and transform != "identity":
+            raise ValueError(
+                f"denoise='wavelet' needs transform='identity' (the release must hold images), "
+                f"got transform={transform!r}"
+            )
+        self.wavelet = wavelet
+
+    @classmethod
+    def from_arguments(
+        cls, denoise: str | None, wavelet: str, transform: str | None
+    ) -> WaveletDenoising | None:
+        """The denoiser a data module's ``denoise`` / ``denoise_wavelet`` ask for, or ``None``;
+        ``transform`` is the record transform where known before the release is read."""
+        if denoise is None:
+            return None
+        if denoise != "wavelet":
+            raise ValueError(f"denoise must be None or 'wavelet', got {denoise!r}")
+        return cls(wavelet, transform)
+
+    def __call__(
+        self, release: Tensor, transform: Any, noise_std: float, low: float, high: float
+    ) -> Tensor:
+        if transform.name != "identity" or len(transform.sample_shape) != 3:
+            raise ValueError(
+                "denoise='wavelet' needs an image release (C, H, W) with transform='identity', "
+                f"got transform={transform.name!r}, sample_shape={transform.sample_shape}"
+            )
+        images = transform.inverse(release)
+        denoised = wavelet_denoise(images, noise_std, self.wavelet, clip=(low, high))
+        return transform.forward(denoised)
+
+    def report(self, low: float, high: float) -> dict[str, Any]:
+        """The report's ``post_processing`` entry."""
+        return {
+            "denoise": "wavelet",
+            "wavelet": self.wavelet,
+            "threshold": "VisuShrink sigma*sqrt(2 ln(H*W)), sigma = the mechanism's noise std",
+            "clip": [low, high],
+            "privacy_cost": "none (post-processing of the release)",
+        }

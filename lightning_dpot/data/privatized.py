@@ -13,9 +13,10 @@ Alternatively ``release_path`` points at a file written by ``dpot privatize``: t
 never sees raw data, which is the real LDP deployment. The file's metadata fixes the mechanism,
 ε, δ and every other privatization setting; a given argument that differs from it is refused.
 
-Concurrency: the existence check of a cached release, the privatization and the save run under
-an exclusive lock on the cache entry (``exclusive_lock``), so
-runs that share a cache make one release between them, whatever their timing.
+The release, its cache entry and its lock are a ``LocalReleaseCache``
+(``lightning_dpot.data.local_release``): runs that share a cache make one release between them,
+whatever their timing. A release file is read by ``lightning_dpot.data.release_file``; wavelet
+denoising (``lightning_dpot.data.denoise.WaveletDenoising``) is post-processing of either.
 
 Noise seed: by default a fresh secret seed from the operating system's entropy pool is used and
 not recorded. An explicit ``seed`` makes the release reproducible for research, but anyone who
@@ -24,18 +25,16 @@ knows the seed can subtract the noise: the metadata then says ``"seed_is_public"
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_dpot._version import __version__
 from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
+from lightning_dpot.data.denoise import WaveletDenoising
 from lightning_dpot.data.fingerprint import check_fingerprint
 from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger, PublicUse
 from lightning_dpot.data.ledger_public import (
@@ -44,74 +43,20 @@ from lightning_dpot.data.ledger_public import (
     held_out_use,
     source_part,
 )
+from lightning_dpot.data.loaders import Records, full_batch_loader, one_batch
+from lightning_dpot.data.local_release import LocalReleaseCache
 from lightning_dpot.data.protocols import check_before_release
 from lightning_dpot.data.release import (
     Release,
-    config_key,
-    exclusive_lock,
-    keyed_digest,
     tensor_sha256,
 )
-from lightning_dpot.data.replicated import replicated_loader
-from lightning_dpot.data.sources import DataSource, check_source_splits
+from lightning_dpot.data.release_file import check_given_matches_release, load_release_file
+from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.distributed import rank_world
-from lightning_dpot.privacy.mechanisms.additive import MechanismName, make_mechanism
+from lightning_dpot.privacy.mechanisms.additive import MechanismName
 from lightning_dpot.privacy.mechanisms.gaussian import GaussianCalibration
 from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
 from lightning_dpot.privacy.mechanisms.transforms import RecordTransform, make_transform
-from lightning_dpot.rng import SecretNoise, permutation
-
-
-class FullBatch(Dataset):
-    """A dataset of one item, the whole tensors: full-batch training (Reshetova et al. 2024,
-    §IV-A, b = n).
-    The OT losses are order-free, so the release is neither shuffled nor re-collated; under
-    DDP ``full_batch_loader`` yields this one item, the whole cached release, on every
-    rank."""
-
-    def __init__(self, *tensors: Tensor) -> None:
-        self.tensors = tensors
-
-    def __len__(self) -> int:
-        return 1
-
-    def __getitem__(self, index: int) -> tuple[Tensor, ...]:
-        return self.tensors
-
-
-class Records(TensorDataset):
-    """Released records, fetched a minibatch at a time: torch's ``__getitems__`` protocol hands
-    the sampler's whole index list to one indexing op per tensor, instead of indexing and
-    re-stacking record by record (2,000 2-D records: 0.8 ms instead of 19 ms per batch on two
-    CPU threads). ``__getitems__`` returns the whole batch as one item, so the loader must use
-    ``one_batch`` as ``collate_fn``."""
-
-    def __getitems__(self, indices: list[int]) -> list[tuple[Tensor, ...]]:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        return [tuple(tensor[index] for tensor in self.tensors)]
-
-
-def one_batch(items: list[tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
-    """The collate function of ``Records``: its one already batched item."""
-    if len(items) != 1:
-        raise ValueError(f"one_batch collates Records' single batched item, got {len(items)} items")
-    return items[0]
-
-
-def full_batch_loader(*tensors: Tensor) -> DataLoader:
-    """One step per epoch over the whole ``tensors`` (no per-record indexing or collation), on
-    every DDP rank (``lightning_dpot.data.replicated``)."""
-    return replicated_loader(FullBatch(*tensors), batch_size=None)
-
-
-def _same(given: Any, recorded: Any) -> bool:
-    """Equal, numbers up to rounding (a file's ε may be derived from its noise scale)."""
-    numbers = (int, float)
-    if isinstance(given, numbers) and isinstance(recorded, numbers):
-        if isinstance(given, bool) or isinstance(recorded, bool):
-            return given is recorded
-        return math.isclose(given, recorded, rel_tol=1e-9, abs_tol=0.0)
-    return given == recorded
 
 
 class PrivatizedDataModule(L.LightningDataModule):
@@ -241,7 +186,9 @@ class PrivatizedDataModule(L.LightningDataModule):
             "secure_rng": secure_rng,
         }
         transform = transform or "identity"
-        self._check_denoise(denoise, denoise_wavelet, transform if release_path is None else None)
+        self.denoiser = WaveletDenoising.from_arguments(
+            denoise, denoise_wavelet, transform if release_path is None else None
+        )
         self.denoise, self.denoise_wavelet = denoise, denoise_wavelet
         self.denoised_release: Tensor | None = None
         if source is None and release_path is None:
@@ -284,9 +231,13 @@ class PrivatizedDataModule(L.LightningDataModule):
                 l1_radius=l1_radius,
                 l2_radius=l2_radius,
             )
+            self.release_cache = LocalReleaseCache(
+                source, self.randomizer, seed, self.secure_rng, self.cache_dir
+            )
         else:
-            self._load_release_file(self.release_path)
-            self._check_given_matches_release(given)
+            release, self.transform, self.randomizer = load_release_file(self.release_path)
+            self.release, self.metadata = release.data, release.metadata
+            check_given_matches_release(given, self.metadata, self.release_path)
         if denoise is not None and len(self.sample_shape) != 3:  # before any release
             raise ValueError(
                 "denoise='wavelet' needs image records (C, H, W), got sample_shape="
@@ -325,26 +276,14 @@ class PrivatizedDataModule(L.LightningDataModule):
             return self.source.diameter(1), self.source.diameter(2)
         return tuple(self.metadata["source_diameters"])  # type: ignore[index,return-value]
 
-    # -- privatize once ---------------------------------------------------------------------
-    def _release_config(self) -> dict:
-        assert self.source is not None
-        return {
-            "source": self.source.describe(),
-            "randomizer": self.randomizer.describe(),
-            "seed": self.seed,
-            "secure_rng": self.secure_rng,
-        }
-
+    # -- privatize once (lightning_dpot.data.local_release) ---------------------------------
     def cache_path(self) -> Path:
-        return self.cache_dir / f"release-{config_key(self._release_config())[:20]}.pt"
+        return self.release_cache.path()
 
-    def _privatize(self) -> Release:
-        assert self.source is not None
-        splits = self.source.load()
-        # Refused before the ledger is charged: a bad record must not spend anyone's budget.
-        check_source_splits(self.source, splits)
-        self.randomizer.check_records(splits.train)
-        if self.trainer is not None:  # a fit, which would refuse the batch after the release
+    def _before_release(self, splits: DataSplits) -> None:
+        """What a release of ``splits`` waits for: in a fit, the batch size (refused after the
+        release otherwise), then the ledger's charge of its ε, δ to the training records."""
+        if self.trainer is not None:
             self._check_batch_size(len(splits.train))
         mech = self.randomizer.mechanism
         self.ledger.record(
@@ -354,7 +293,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             {
                 "notion": "local",
                 "mechanism": mech.name,
-                "config_key": config_key(self._release_config()),
+                "config_key": self.release_cache.key(),
                 "cache": str(self.cache_path()),
                 "partition": source_part(self.source, "train"),
             },
@@ -365,47 +304,9 @@ class PrivatizedDataModule(L.LightningDataModule):
             self.public_reuse,
             self._held_out_uses(splits.test),
         )
-        generator = SecretNoise(self.seed, self.secure_rng).source()
-        # The release is stored in a secret uniformly random order: the trainer receives
-        # shuffled reports, which is what amplification by shuffling requires.
-        data = self.randomizer(splits.train, generator)
-        data = data[permutation(len(data), generator)]
-        metadata = {
-            **self._release_config(),
-            "privacy": self.randomizer.describe(),
-            "seed": self.seed if self.seed is not None else "secret (os entropy, not recorded)",
-            "seed_is_public": self.seed is not None,
-            "raw_hmac_sha256": keyed_digest(splits.train, self.cache_dir),
-            "n": len(data),
-            "sample_shape": list(self.source.sample_shape),
-            "source_diameters": [self.source.diameter(1), self.source.diameter(2)],
-            "labels_released": False,
-            "lightning_dpot_version": __version__,
-        }
-        return Release(data, metadata)
 
     def _cached_release(self) -> Path:
-        """The cached release, privatized first (on global rank 0) if there is none.
-
-        The existence check, the privatization and the save hold an exclusive lock on the cache
-        entry, and the check is made inside it: of the runs sharing a cache, the first
-        privatizes and the others wait for its release and load it. Other ranks never
-        privatize; the save is atomic, so they need no lock to see a whole release or none."""
-        path = self.cache_path()
-        rank, world = rank_world()
-        if rank != 0:
-            if not path.is_file():
-                raise RuntimeError(
-                    f"rank {rank} of {world} cannot see the release {path} that rank 0 made: "
-                    "a second release of the same records would spend the budget again. Use a "
-                    "cache_dir shared by every node, or write the release once with `dpot "
-                    "privatize` and pass release_path"
-                )
-            return path
-        with exclusive_lock(path.with_name(f"{path.name}.lock")):
-            if not path.is_file():
-                self._privatize().save(path)
-        return path
+        return self.release_cache.cached(self._before_release)
 
     @override
     def prepare_data(self) -> None:
@@ -429,13 +330,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         path = self._cached_release()
         release = Release.load(path)
         splits = self.source.load()  # type: ignore[union-attr]
-        if keyed_digest(splits.train, self.cache_dir) != release.metadata.get("raw_hmac_sha256"):
-            raise ValueError(
-                f"the cached release {path} was made from different raw data than the source "
-                "now holds; refusing to privatize the changed data again under the same "
-                "configuration (fresh noise on unchanged records would leak). Use a new "
-                "cache_dir to privatize a different dataset deliberately"
-            )
+        self.release_cache.check_made_from(splits, release, path)
         if rank_world()[0] == 0:  # the report's total; hashing every record once is enough
             self._enter_held_out(splits.test)
             keys = self.ledger.training_keys(splits)
@@ -446,96 +341,14 @@ class PrivatizedDataModule(L.LightningDataModule):
         self._apply_denoise()
 
     # -- post-processing (no privacy cost) --------------------------------------------------
-    @staticmethod
-    def _check_denoise(denoise: str | None, wavelet: str, transform: str | None) -> None:
-        if denoise is None:
-            return
-        if denoise != "wavelet":
-            raise ValueError(f"denoise must be None or 'wavelet', got {denoise!r}")
-        import pywt
-
-        if wavelet not in pywt.wavelist(kind="discrete"):
-            raise ValueError(
-                "denoise_wavelet must be a discrete PyWavelets wavelet "
-                f"(pywt.wavelist(kind='discrete')), got {wavelet!r}"
-            )
-        if transform is not None and transform != "identity":
-            raise ValueError(
-                f"denoise='wavelet' needs transform='identity' (the release must hold images), "
-                f"got transform={transform!r}"
-            )
-
     def _apply_denoise(self) -> None:
-        """Wavelet-denoise the release into ``denoised_release`` (what training then reads):
-        release → images (inverse transform) → wavelet thresholding with the mechanism's
-        public noise std, clipped to the declared bounds → forward transform. Post-processing
-        of the release: the release itself and its cache file are left as they are."""
-        if self.denoise is None or self.denoised_release is not None or self.release is None:
+        """Wavelet-denoise the release into ``denoised_release``, what training then reads
+        (``lightning_dpot.data.denoise.WaveletDenoising``)."""
+        if self.denoiser is None or self.denoised_release is not None or self.release is None:
             return
-        from lightning_dpot.data.denoise import wavelet_denoise
-
-        if self.transform.name != "identity" or len(self.sample_shape) != 3:
-            raise ValueError(
-                "denoise='wavelet' needs an image release (C, H, W) with transform='identity', "
-                f"got transform={self.transform.name!r}, sample_shape={self.sample_shape}"
-            )
-        images = self.transform.inverse(self.release)
         low, high = self.randomizer.low, self.randomizer.high
-        denoised = wavelet_denoise(
-            images, self.mechanism.noise_std, self.denoise_wavelet, clip=(low, high)
-        )
-        self.denoised_release = self.transform.forward(denoised)
-
-    def _load_release_file(self, path: Path) -> None:
-        release = Release.load(path)
-        meta = release.metadata
-        privacy = meta["privacy"]
-        self.transform = make_transform(
-            privacy["transform"], tuple(meta["sample_shape"]), privacy.get("dct_keep")
-        )
-        mechanism = make_mechanism(
-            privacy["name"],
-            privacy["sensitivity"],
-            noise_scale=privacy["noise_scale"],
-            delta=privacy["delta"] or None,
-            calibration=privacy.get("calibration", "analytic"),
-        )
-        low, high = privacy["declared_bounds"]
-        self.randomizer = LocalRandomizer(
-            mechanism, self.transform, low, high, privacy["l1_radius"], privacy["l2_radius"]
-        )
-        self.release, self.metadata = release.data, meta
-
-    def _check_given_matches_release(self, given: dict[str, Any]) -> None:
-        """Refuse every given privatization argument that differs from the release file's
-        metadata, naming the parameter, the given value and the file's value: the release was
-        made once, under its own settings, and training on it spends exactly those."""
-        assert self.metadata is not None and self.release_path is not None
-        meta, privacy = self.metadata, self.metadata["privacy"]
-        recorded = {
-            "mechanism": privacy["name"],
-            "epsilon": privacy["epsilon"],
-            "delta": privacy["delta"],
-            "noise_scale": privacy["noise_scale"],
-            "calibration": privacy.get("calibration"),
-            "l1_radius": privacy["l1_radius"],
-            "l2_radius": privacy["l2_radius"],
-            "transform": privacy["transform"],
-            "dct_keep": privacy.get("dct_keep"),
-            "seed": meta["seed"] if meta["seed_is_public"] else "secret (not recorded)",
-            "secure_rng": meta.get("secure_rng", False),
-        }
-        differ = [
-            f"{name}={value!r} is given but the release file has {name}={recorded[name]!r}"
-            for name, value in given.items()
-            if value is not None and not _same(value, recorded[name])
-        ]
-        if differ:
-            raise ValueError(
-                f"release_path={str(self.release_path)!r}: " + "; ".join(differ) + ". A "
-                "release's privatization is fixed when it is made: drop these arguments or "
-                "make a new release with `dpot privatize`"
-            )
+        noise_std = self.mechanism.noise_std
+        self.denoised_release = self.denoiser(self.release, self.transform, noise_std, low, high)
 
     def _load_test_split(self) -> None:
         splits = self.source.load()  # type: ignore[union-attr]
@@ -618,44 +431,19 @@ class PrivatizedDataModule(L.LightningDataModule):
         )
 
     def _shuffling_report(self) -> dict:
-        """The central (ε, δ) of the shuffled release (Feldman, McMillan, Talwar 2021). With a
-        public seed the permutation (and the noise) can be recomputed, so the release is not
-        shuffled for anyone who knows it, and no central guarantee by shuffling is claimed."""
+        """The central (ε, δ) of the shuffled release (Feldman, McMillan, Talwar 2021), where
+        ``shuffle_delta`` asks for it."""
         if self.shuffle_delta is None or self.release is None or self.metadata is None:
             return {}
-        if self.metadata["seed_is_public"]:
-            return {
-                "central_by_shuffling": {
-                    "applies": False,
-                    "reason": "the release's seed is public (seed_is_public: true): its "
-                    "permutation and noise can be recomputed, so the shuffled release has "
-                    "only the local guarantee",
-                    "delta": self.shuffle_delta,
-                }
-            }
-        from lightning_dpot.privacy.accounting.shuffling import (
-            closed_form_max_epsilon0,
-            shuffle_epsilon_closed_form,
-            shuffle_epsilon_numerical,
-        )
+        from lightning_dpot.privacy.accounting.shuffling import shuffled_release_report
 
-        eps0, n, delta = self.mechanism.epsilon, len(self.release), self.shuffle_delta
-        closed = (
-            shuffle_epsilon_closed_form(eps0, n, delta)
-            if eps0 <= closed_form_max_epsilon0(n, delta)
-            else None
-        )
         return {
-            "central_by_shuffling": {
-                "applies": True,
-                "guarantee": "central (ε, δ)-DP of the shuffled release, replace-one adjacency",
-                "reference": "Feldman, McMillan, Talwar 2021 (Hiding among the clones)",
-                "epsilon0": eps0,
-                "n": n,
-                "delta": delta,
-                "epsilon_numerical": shuffle_epsilon_numerical(eps0, n, delta),
-                "epsilon_closed_form": closed,
-            }
+            "central_by_shuffling": shuffled_release_report(
+                self.mechanism.epsilon,
+                len(self.release),
+                self.shuffle_delta,
+                self.metadata["seed_is_public"],
+            )
         }
 
     def privacy_report(self) -> dict:
@@ -692,14 +480,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         }
 
     def _post_processing_report(self) -> dict:
-        if self.denoise is None:
+        if self.denoiser is None:
             return {}
-        return {
-            "post_processing": {
-                "denoise": self.denoise,
-                "wavelet": self.denoise_wavelet,
-                "threshold": "VisuShrink sigma*sqrt(2 ln(H*W)), sigma = the mechanism's noise std",
-                "clip": [self.randomizer.low, self.randomizer.high],
-                "privacy_cost": "none (post-processing of the release)",
-            }
-        }
+        low, high = self.randomizer.low, self.randomizer.high
+        return {"post_processing": self.denoiser.report(low, high)}

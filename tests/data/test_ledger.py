@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import lightning_dpot.data.local_release as local_release
 import lightning_dpot.data.privatized as privatized
 from lightning_dpot.data import (
     MNIST,
@@ -73,7 +74,8 @@ def test_a_release_past_the_budget_needs_an_explicit_flag(tmp_path):
 def test_only_rank_zero_releases_and_another_node_without_the_cache_refuses(tmp_path, monkeypatch):
     module = _module(tmp_path, "node1", 2.0)
     assert module.prepare_data_per_node is False  # prepare_data on global rank 0 only
-    monkeypatch.setattr(privatized, "rank_world", lambda: (1, 2))
+    for module_of_rank in (privatized, local_release):
+        monkeypatch.setattr(module_of_rank, "rank_world", lambda: (1, 2))
     with pytest.raises(RuntimeError, match="rank 1 of 2 cannot see the release"):
         module.setup()
     assert not (tmp_path / "ledger" / "ledger.jsonl").exists()

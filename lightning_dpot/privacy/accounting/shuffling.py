@@ -33,6 +33,7 @@ optimal analysis of privacy amplification by shuffling", FOCS 2021 (arXiv:2012.1
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy.stats import binom
@@ -46,6 +47,7 @@ from lightning_dpot.checks import (
 )
 
 __all__ = [
+    "shuffled_release_report",
     "closed_form_max_epsilon0",
     "shuffle_delta_numerical",
     "shuffle_epsilon_closed_form",
@@ -215,3 +217,34 @@ def shuffle_epsilon_numerical(
         else:
             lo = mid
     return hi
+
+
+def shuffled_release_report(
+    epsilon0: float, n: int, delta: float, seed_is_public: bool
+) -> dict[str, Any]:
+    """The report's ``central_by_shuffling`` entry for a release of ``n`` ε0-LDP reports in a
+    secret uniformly random order. With a public seed the permutation (and the noise) can be
+    recomputed, so the release is not shuffled for anyone who knows it, and no central
+    guarantee by shuffling is claimed."""
+    if seed_is_public:
+        return {
+            "applies": False,
+            "reason": "the release's seed is public (seed_is_public: true): its permutation and "
+            "noise can be recomputed, so the shuffled release has only the local guarantee",
+            "delta": delta,
+        }
+    closed = (
+        shuffle_epsilon_closed_form(epsilon0, n, delta)
+        if epsilon0 <= closed_form_max_epsilon0(n, delta)
+        else None
+    )
+    return {
+        "applies": True,
+        "guarantee": "central (ε, δ)-DP of the shuffled release, replace-one adjacency",
+        "reference": "Feldman, McMillan, Talwar 2021 (Hiding among the clones)",
+        "epsilon0": epsilon0,
+        "n": n,
+        "delta": delta,
+        "epsilon_numerical": shuffle_epsilon_numerical(epsilon0, n, delta),
+        "epsilon_closed_form": closed,
+    }
