@@ -2,10 +2,12 @@
 
 from lightning_dpot.data.central import CentralDPDataModule
 from lightning_dpot.data.denoise import wavelet_denoise
-from lightning_dpot.data.images import MNIST, CelebA, FashionMNIST, ImageFolder
-from lightning_dpot.data.latent import PrivateLatentDataModule, PublicSplitDataModule
+from lightning_dpot.data.image_files import CelebA, ImageFolder
+from lightning_dpot.data.images import MNIST, FashionMNIST
+from lightning_dpot.data.latent import PrivateLatentDataModule
 from lightning_dpot.data.manifolds import Ellipse, GaussianMixture2D, HalfCircle, Rectangle
 from lightning_dpot.data.privatized import PrivatizedDataModule
+from lightning_dpot.data.public_split import PublicSplitDataModule
 from lightning_dpot.data.release import Release
 from lightning_dpot.data.sources import DataSource, DataSplits
 from lightning_dpot.data.tabular import Digits, TensorFile

@@ -134,7 +134,7 @@ def wavelet_denoise(
 
 class WaveletDenoising:
     """The data modules' ``denoise="wavelet"``: the release → images (inverse record transform)
-    → :func:`wavelet_denoise` with the mechanism's public noise std, clipped to the declared
+    → ``wavelet_denoise`` with the mechanism's public noise std, clipped to the declared
     bounds → forward transform. Post-processing: the release and its cache file are left as they
     are; training reads the result.
 

@@ -27,10 +27,7 @@ Sources:
   folder (``idx_dir``), e.g. the shipped MNIST test split or the Debian package
   ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``). ``split="test-only"``
   loads only the ``t10k`` files and makes a seeded train/test split of them.
-- ``CelebA``: ``torchvision.datasets.CelebA`` from a local root, center crop and resize,
-  an optional binary attribute (default ``Male``, the gender label of Cao et al. 2021, §5.3) as
-  label.
-- ``ImageFolder``: user images in ``root/<class>/<image>``, labels from the folder names.
+- ``CelebA`` and ``ImageFolder``, read from image files: ``lightning_dpot.data.image_files``.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import Dataset
 
 from lightning_dpot.checks import check_nonnegative_int, check_positive_int
 from lightning_dpot.data.sources import DataSource, DataSplits, digest_ids, seeded_split
@@ -121,7 +117,7 @@ def find_idx_file(folder: Path, name: str) -> Path | None:
     return None
 
 
-def _check_test_size(test_size: int | float) -> int | float:
+def check_test_size(test_size: int | float) -> int | float:
     if isinstance(test_size, bool) or not isinstance(test_size, (int, float)):
         raise ValueError(
             f"test_size must be a count (int >= 0) or a fraction in [0, 1), got {test_size!r}"
@@ -136,7 +132,7 @@ def _check_test_size(test_size: int | float) -> int | float:
 def split_indices(n: int, test_size: int | float, split_seed: int) -> tuple[Tensor, Tensor]:
     """Seeded, disjoint train/test indices of ``range(n)``; ``test_size`` is a count (int) or a
     fraction (float). Same permutation as ``seeded_split``."""
-    test_size = _check_test_size(test_size)
+    test_size = check_test_size(test_size)
     n_test = test_size if isinstance(test_size, int) else int(round(n * test_size))
     if n_test >= n:
         raise ValueError(f"test_size must leave training records: got {test_size!r} of n={n}")
@@ -148,11 +144,11 @@ def file_ids(paths: list[str | Path]) -> Tensor:
     return digest_ids(Path(path).read_bytes() for path in paths)
 
 
-def _check_limit(limit: int | None) -> int | None:
+def check_limit(limit: int | None) -> int | None:
     return None if limit is None else check_positive_int("limit", limit)
 
 
-def _head(x: Tensor | None, limit: int | None) -> Tensor | None:
+def first_rows(x: Tensor | None, limit: int | None) -> Tensor | None:
     return x if x is None or limit is None else x[:limit]
 
 
@@ -193,10 +189,10 @@ class _IDXImages(DataSource):
         self.root = None if root is None else str(root)
         self.idx_dir = None if idx_dir is None else str(idx_dir)
         self.split = split
-        self.test_size = _check_test_size(test_size)
+        self.test_size = check_test_size(test_size)
         self.split_seed = int(split_seed)
         self.image_size = int(image_size)
-        self.limit = _check_limit(limit)
+        self.limit = check_limit(limit)
         self._download = bool(download)
 
     @property
@@ -284,8 +280,8 @@ class _IDXImages(DataSource):
             x, y = self._read_split("test")
             train, test = split_indices(len(x), self.test_size, self.split_seed)
             x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
-        x_train, y_train = _head(x_train, self.limit), _head(y_train, self.limit)
-        x_test, y_test = _head(x_test, self.limit), _head(y_test, self.limit)
+        x_train, y_train = first_rows(x_train, self.limit), first_rows(y_train, self.limit)
+        x_test, y_test = first_rows(x_test, self.limit), first_rows(y_test, self.limit)
         ids = digest_ids(image.tobytes() for image in x_train.contiguous().numpy())
         if len(x_test) == 0:
             return DataSplits(self._finish(x_train), y_train, None, None, ids, IDX_PIXELS)
@@ -333,227 +329,3 @@ class FashionMNIST(_IDXImages):
         "Install the files with `apt-get install -y dataset-fashion-mnist` and pass "
         f"idx_dir='{DEBIAN_IDX_DIR}', or let torchvision download them with download=True."
     )
-
-
-# -- CelebA and image folders --------------------------------------------------------------------
-class _ImagesOnly(Dataset):
-    """A view of an image dataset that yields only the transformed image (labels are read in
-    bulk from the wrapped dataset instead)."""
-
-    def __init__(self, dataset: Dataset, indices: Tensor) -> None:
-        self.dataset = dataset
-        self.indices = indices.tolist()
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> Tensor:
-        return self.dataset[self.indices[i]][0]
-
-
-def _load_images(dataset: Dataset, indices: Tensor, num_workers: int) -> Tensor:
-    """uint8 images of ``dataset`` at ``indices``, stacked and scaled to [−1, 1]."""
-    from torch.utils.data import DataLoader
-
-    loader = DataLoader(_ImagesOnly(dataset, indices), batch_size=256, num_workers=num_workers)
-    batches = [scale_pixels(batch) for batch in loader]
-    if not batches:
-        raise ValueError("no images to load (empty split)")
-    return torch.cat(batches)
-
-
-def _check_image_size(image_size: int) -> int:
-    return check_positive_int("image_size", image_size)
-
-
-class CelebA(DataSource):
-    """CelebA aligned faces (Liu et al. 2015) through ``torchvision.datasets.CelebA``, RGB,
-    center-cropped to ``crop_size`` and resized to ``image_size`` (64 by default;
-    Cao et al. 2021, §5.3 use 32), pixels in [−1, 1]: Δ1 = 2·3·s², Δ2 = 2·√(3·s²).
-
-    The official partitions are used: ``train`` (162,770 images) and ``test`` (19,962). Memory:
-    3·s²·4 bytes per image, ≈ 49 KB at s = 64, ≈ 8 GB for the full train split; use ``limit``
-    for small runs.
-
-    Args:
-        root: torchvision root: ``root/celeba/img_align_celeba/`` and the ``list_*.txt`` files.
-        image_size: side s of the square output.
-        crop_size: side of the center crop taken before resizing (178 = the image width).
-        label_attribute: the binary attribute used as class label (0/1), e.g. ``"Male"``
-            (Cao et al. 2021's gender-conditional CelebA); ``None`` for no labels.
-        download: let torchvision download into ``root`` (never required; Google Drive quotas
-            often refuse it).
-        limit: keep the first ``limit`` images of each split.
-        num_workers: DataLoader workers used to decode the images.
-    """
-
-    low, high = -1.0, 1.0
-
-    def __init__(
-        self,
-        root: str | Path,
-        image_size: int = 64,
-        crop_size: int = 178,
-        label_attribute: str | None = "Male",
-        download: bool = False,
-        limit: int | None = None,
-        num_workers: int = 0,
-    ) -> None:
-        self.root = str(root)
-        self.image_size = _check_image_size(image_size)
-        self.crop_size = check_positive_int("crop_size", crop_size)
-        self.label_attribute = label_attribute
-        self.limit = _check_limit(limit)
-        self._download = bool(download)
-        self._num_workers = check_nonnegative_int("num_workers", num_workers)
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:  # type: ignore[override]
-        return (3, self.image_size, self.image_size)
-
-    @property
-    def num_classes(self) -> int | None:  # type: ignore[override]
-        return None if self.label_attribute is None else 2
-
-    def _dataset(self, split: str):
-        import torchvision.datasets as tvd
-        import torchvision.transforms as T
-
-        root = Path(self.root)
-        how = (
-            "Place the aligned images in root/celeba/img_align_celeba/ and the list_*.txt / "
-            "identity_CelebA.txt files in root/celeba/ (from the CelebA website), or pass "
-            "download=True."
-        )
-        if not self._download and not root.is_dir():
-            raise FileNotFoundError(f"root={self.root!r} is not a directory. {how}")
-        transform = T.Compose(
-            [
-                T.CenterCrop(self.crop_size),
-                T.Resize(self.image_size, antialias=True),
-                T.PILToTensor(),
-            ]
-        )
-        try:
-            return tvd.CelebA(
-                str(root),
-                split=split,
-                target_type=[],
-                transform=transform,
-                download=self._download,
-            )
-        except RuntimeError as err:
-            raise FileNotFoundError(
-                f"CelebA not found under root={self.root!r} ({err}). {how}"
-            ) from err
-
-    def _split(self, split: str) -> tuple[Tensor, Tensor | None, list[Path]]:
-        """Images, labels and image files of the official ``split``."""
-        ds = self._dataset(split)
-        n = len(ds) if self.limit is None else min(self.limit, len(ds))
-        labels = None
-        if self.label_attribute is not None:
-            names = list(ds.attr_names)
-            if self.label_attribute not in names:
-                raise ValueError(
-                    f"label_attribute must be one of {names} or None, got {self.label_attribute!r}"
-                )
-            labels = ds.attr[:n, names.index(self.label_attribute)].to(torch.int64)
-        folder = Path(ds.root) / ds.base_folder / "img_align_celeba"
-        files = [folder / name for name in ds.filename[:n]]
-        return _load_images(ds, torch.arange(n), self._num_workers), labels, files
-
-    def load(self) -> DataSplits:
-        """The official train and test partitions; ``train_ids`` digest each training image's
-        file (``IMAGE_FILES``)."""
-        x_train, y_train, files = self._split("train")
-        x_test, y_test, _ = self._split("test")
-        return DataSplits(x_train, y_train, x_test, y_test, file_ids(files), IMAGE_FILES)
-
-
-class ImageFolder(DataSource):
-    """User images laid out as ``root/<class name>/<image file>`` (torchvision ``ImageFolder``);
-    labels are the indices of the sorted class-folder names. Images are resized (shorter side)
-    and center-cropped to ``image_size``, converted to grayscale (1 channel) or RGB (3), pixels
-    scaled to [−1, 1].
-
-    Args:
-        root: the folder of class folders.
-        image_size: side s of the square output; Δ1 = 2·C·s², Δ2 = 2·√(C·s²).
-        grayscale: one channel instead of three.
-        test_size: held-out count (int) or fraction (float in [0, 1)); 0 keeps no test split.
-        split_seed: seed of the split (records are taken in this seeded order, also when
-            ``test_size`` is 0, so that ``limit`` picks a random subset, not the first class).
-        limit: keep the first ``limit`` records of each split.
-        num_workers: DataLoader workers used to decode the images.
-    """
-
-    low, high = -1.0, 1.0
-
-    def __init__(
-        self,
-        root: str | Path,
-        image_size: int = 64,
-        grayscale: bool = False,
-        test_size: int | float = 0.0,
-        split_seed: int = 0,
-        limit: int | None = None,
-        num_workers: int = 0,
-    ) -> None:
-        self.root = str(root)
-        self.image_size = _check_image_size(image_size)
-        self.grayscale = bool(grayscale)
-        self.test_size = _check_test_size(test_size)
-        self.split_seed = int(split_seed)
-        self.limit = _check_limit(limit)
-        self._num_workers = check_nonnegative_int("num_workers", num_workers)
-        self._classes: list[str] | None = None
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:  # type: ignore[override]
-        return (1 if self.grayscale else 3, self.image_size, self.image_size)
-
-    @property
-    def classes(self) -> list[str]:
-        """Sorted class-folder names; label i is ``classes[i]``."""
-        if self._classes is None:
-            from torchvision.datasets.folder import find_classes
-
-            self._check_root()
-            self._classes = find_classes(self.root)[0]
-        return self._classes
-
-    @property
-    def num_classes(self) -> int:  # type: ignore[override]
-        return len(self.classes)
-
-    def _check_root(self) -> None:
-        if not Path(self.root).is_dir():
-            raise FileNotFoundError(
-                f"root={self.root!r} is not a directory: ImageFolder expects "
-                "root/<class name>/<image files>"
-            )
-
-    def load(self) -> DataSplits:
-        import torchvision.datasets as tvd
-        import torchvision.transforms as T
-
-        self._check_root()
-        steps = [T.Resize(self.image_size, antialias=True), T.CenterCrop(self.image_size)]
-        if self.grayscale:
-            steps.append(T.Grayscale(num_output_channels=1))
-        steps.append(T.PILToTensor())
-        try:
-            ds = tvd.ImageFolder(self.root, transform=T.Compose(steps))
-        except FileNotFoundError as err:
-            raise FileNotFoundError(f"root={self.root!r}: {err}") from err
-        self._classes = list(ds.classes)
-        targets = torch.as_tensor(ds.targets, dtype=torch.int64)
-        train, test = split_indices(len(ds), self.test_size, self.split_seed)
-        train, test = _head(train, self.limit), _head(test, self.limit)
-        x_train = _load_images(ds, train, self._num_workers)
-        ids = file_ids([ds.samples[i][0] for i in train.tolist()])
-        if len(test) == 0:
-            return DataSplits(x_train, targets[train], train_ids=ids, id_namespace=IMAGE_FILES)
-        x_test = _load_images(ds, test, self._num_workers)
-        return DataSplits(x_train, targets[train], x_test, targets[test], ids, IMAGE_FILES)

@@ -87,7 +87,7 @@ class LocalReleaseCache:
         return Release(data, metadata)
 
     def cached(self, before_release: Callable[[DataSplits], None]) -> Path:
-        """The cached release, privatized first (on global rank 0, :meth:`make`) if there is
+        """The cached release, privatized first (on global rank 0, ``make``) if there is
         none. The existence check is made inside the lock: of the runs sharing a cache, the
         first privatizes and the others wait for its release and load it. Other ranks never
         privatize."""

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_dpot.data.image_files import CelebA, ImageFolder
 from lightning_dpot.data.images import (
     MNIST,
-    CelebA,
     FashionMNIST,
-    ImageFolder,
     pad_to,
     read_idx,
     scale_pixels,

@@ -23,7 +23,7 @@ from lightning_dpot.data import (
     PrivateLatentDataModule,
     PrivatizedDataModule,
 )
-from lightning_dpot.data.latent import PublicSplitDataModule
+from lightning_dpot.data.public_split import PublicSplitDataModule
 from lightning_dpot.methods import (
     DPMERF,
     AutoencoderModule,
