@@ -58,6 +58,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     old = load_revision(args.rev)
     new = importlib.import_module("lightning_dpot")
+    importlib.import_module("lightning_dpot.ot.sinkhorn")
     rows = []
     for name, p, reg, diameter, options, (n, m, d) in CASES:
         gen = torch.Generator().manual_seed(0)
