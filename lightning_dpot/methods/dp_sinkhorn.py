@@ -57,28 +57,20 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_dpot.checks import (
-    check_delta,
-    check_epsilon,
     check_nonnegative,
     check_positive,
-    check_positive_int,
 )
-from lightning_dpot.data.poisson import PoissonBatchSampler
 from lightning_dpot.methods.base import log_sinkhorn_info
-from lightning_dpot.methods.conditional import ConditionalGeneratorModule
+from lightning_dpot.methods.central import SanitizedGradientModule
 from lightning_dpot.ot.backend import NEWTON_MAX_POINTS
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn, debias_rows, mixed_cost_diameter
-from lightning_dpot.ot.precision import upcast
-from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
-from lightning_dpot.privacy.contract import ReleasesPrivateData
-from lightning_dpot.privacy.guards import planned_releases, warn_if_unaccounted
-from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
 
 __all__ = ["DPSinkhorn"]
 
 
-class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
-    """DP-Sinkhorn (Cao et al. 2021, Algorithm 1; module docstring).
+class DPSinkhorn(SanitizedGradientModule):
+    """DP-Sinkhorn (Cao et al. 2021, Algorithm 1; module docstring), on the template of
+    ``lightning_dpot.methods.central``.
 
     Args:
         generator: ``(z, labels) → images`` (e.g. ``ConditionalDCGANGenerator``, paper D.3) when
@@ -111,6 +103,8 @@ class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
             the eager solve's); no effect on the CPU.
     """
 
+    method_description = "DP-Sinkhorn (Cao et al. 2021, Algorithm 1)"
+
     def __init__(
         self,
         generator: nn.Module,
@@ -133,90 +127,29 @@ class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
         secure_rng: bool = False,
         cuda_graphs: bool = False,
     ) -> None:
-        super().__init__(generator, conditional, latent_range=latent_range, lr=lr)
+        super().__init__(
+            generator, noise_multiplier, target_epsilon, delta, clip_norm, num_cross,
+            conditional, noise_seed, secure_rng, latent_range=latent_range, lr=lr,
+        )  # fmt: skip
         self.save_hyperparameters(ignore=["generator"])
-        sigma = (
-            0.0
-            if noise_multiplier is None
-            else check_nonnegative("noise_multiplier", noise_multiplier)
-        )
-        if target_epsilon is not None:
-            if sigma > 0:
-                raise ValueError(
-                    f"target_epsilon={target_epsilon!r} calibrates the noise multiplier: set "
-                    f"noise_multiplier to null, got {noise_multiplier!r}"
-                )
-            if delta is None:
-                raise ValueError("target_epsilon needs delta, the δ of the (ε, δ) target")
-            check_epsilon("target_epsilon", target_epsilon)
-        self.target_epsilon = target_epsilon
-        self.private = sigma > 0 or target_epsilon is not None
-        self.sanitizer = GradientSanitizer(clip_norm, sigma, noise_seed, secure_rng)
-        self.sanitizer.delta = None if delta is None else check_delta("delta", delta)
         debias_rows(1, debias_fraction)  # validates p
         self.debias_fraction = float(debias_fraction)
         self.l1_weight = check_nonnegative("l1_weight", l1_weight)
         self.entropic_reg = check_positive("entropic_reg", entropic_reg)
         self.class_weight = check_nonnegative("class_weight", class_weight)
-        self.num_cross = None if num_cross is None else check_positive_int("num_cross", num_cross)
         self.weight_decay = check_nonnegative("weight_decay", weight_decay)
         self.betas = (float(betas[0]), float(betas[1]))
         self.scaling = float(scaling)
         self.cuda_graphs = bool(cuda_graphs)
-        self.sample_rate: float | None = None
-        self.poisson_seed_is_public: bool | None = None  # known at setup
 
-    # -- privacy contract -----------------------------------------------------------------------
+    # -- the loss (lightning_dpot.methods.central does the rest) ------------------------------
     @override
-    def privacy_releases(self) -> list[GradientSanitizer]:
-        return [self.sanitizer]
-
-    @property
-    @override
-    def is_private(self) -> bool:
-        """Noise is added (σ > 0, or σ still to be calibrated from ``target_epsilon``)."""
-        return self.private
-
-    def _calibrate(self, datamodule: Any) -> None:
-        """σ from ``target_epsilon`` over the planned steps at the sanitizer's rate q."""
-        assert self.target_epsilon is not None and self.sanitizer.sample_rate is not None
-        steps = planned_releases(self.trainer, int(datamodule.steps_per_epoch))
-        self.planned_release_count = steps
-        self.sanitizer.noise_multiplier = calibrated_noise_std(
-            self.target_epsilon, self.sanitizer.delta, 1.0, steps, self.sanitizer.sample_rate
-        )
+    def generated_rows(self) -> int:
+        """n cross rows and ⌊n·p⌋ debias rows (module docstring, step 2)."""
+        return self.sanitized_rows + debias_rows(self.sanitized_rows, self.debias_fraction)
 
     @override
-    def privacy_context(self) -> dict[str, Any]:
-        public = self.poisson_seed_is_public
-        return {
-            "method": "DP-Sinkhorn (Cao et al. 2021, Algorithm 1)",
-            "poisson_seed_is_public": public,
-            "amplification_by_sampling": None if public is None else not public,
-        }
-
-    # -- Lightning ------------------------------------------------------------------------------
-    @override
-    def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule if self._trainer is not None else None
-        if datamodule is None and self.private and stage == "fit":
-            raise ValueError(
-                "private DPSinkhorn trains on a datamodule implementing CentralPrivateData (e.g. "
-                "CentralDPDataModule), which states its sample rate and sampling seed: pass "
-                "datamodule=..., not train_dataloaders"
-            )
-        if datamodule is None or self.bind_private_data(datamodule):
-            return
-        shape = self.check_central_data(datamodule)
-        if self.private:
-            self.sample_rate = float(datamodule.sample_rate)
-            # Masks from a public seed are known: no amplification by sampling is claimed.
-            self.poisson_seed_is_public = datamodule.seed is not None
-            self.sanitizer.sample_rate = 1.0 if self.poisson_seed_is_public else self.sample_rate
-            if self.target_epsilon is not None:
-                self._calibrate(datamodule)
-        if self.num_cross is None:
-            self.num_cross = max(1, round(float(datamodule.expected_real_batch)))
+    def build_central_loss(self, datamodule: Any, shape: tuple[int, ...]) -> None:
         dim = 1
         for s in shape:
             dim *= int(s)
@@ -234,56 +167,22 @@ class DPSinkhorn(ReleasesPrivateData, ConditionalGeneratorModule):
             fixed_budget=self.private,
             cuda_graphs=self.cuda_graphs,
         )
-        if self.private and self.num_cross > NEWTON_MAX_POINTS:
+        if self.private and self.sanitized_rows > NEWTON_MAX_POINTS:
             warnings.warn(
                 f"DPSinkhorn: private solves run the fixed-budget Newton path, whose steps cost "
-                f"O(n³) for n = {self.num_cross} generated rows (above {NEWTON_MAX_POINTS}: "
-                "seconds per solve); a smaller batch keeps steps fast",
+                f"O(n³) for n = {self.sanitized_rows} generated rows (above "
+                f"{NEWTON_MAX_POINTS}: seconds per solve); a smaller batch keeps steps fast",
                 stacklevel=2,
             )
 
     @override
-    def on_train_start(self) -> None:
-        if not self.private:
-            return
-        warn_if_unaccounted(self)
-        if self.trainer.precision == "16-mixed":
-            raise ValueError(
-                "precision='16-mixed' scales the loss (float16 loss scaling), so the sanitizer "
-                "would clip the scaled gradient; train private DP-Sinkhorn with 'bf16-mixed' or "
-                "'32-true'"
-            )
-        sampler = getattr(self.trainer.train_dataloader, "sampler", None)
-        if not isinstance(sampler, PoissonBatchSampler):
-            raise TypeError(
-                "DPSinkhorn (private) must train on a Poisson-sampled loader (PoissonBatchSampler,"
-                f" e.g. CentralDPDataModule), got sampler={type(sampler).__name__}"
-            )
-        if sampler.sample_rate != self.sample_rate:
-            raise ValueError(
-                f"the training loader samples at rate {sampler.sample_rate!r} but the sanitizer "
-                f"accounts sample_rate={self.sample_rate!r}; they must match"
-            )
-
-    @override
-    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
-        real = batch[0]
-        real_labels = batch[1] if self.conditional and len(batch) > 1 else None
-        assert self.num_cross is not None and self.loss_fn is not None
-        n = self.num_cross
-        n_total = n + debias_rows(n, self.debias_fraction)
-        z = self.sample_latent(n_total)
-        labels = self.sample_labels(n_total) if self.conditional else None
-        # The generator runs in the trainer's precision; the loss, its gradient G and the
-        # release G̃ in at least float32 (docs/performance.md#mixed-precision).
-        fake = upcast(self.generate(z, labels))
-        if self.private and fake.requires_grad:
-            rank = int(self.global_rank)
-            fake.register_hook(lambda grad: self.sanitizer(grad, n, rank=rank))
-        # An empty Poisson batch leaves the debias term only (module docstring, step 4).
-        loss = self.loss_fn(fake, real.to(fake.dtype), n, labels, real_labels)
-        if not self.private:  # the loss and the solve on real records are not released
-            self.log("train/loss", loss, prog_bar=True, batch_size=n, sync_dist=True)
+    def central_loss(
+        self, fake: Tensor, labels: Tensor | None, real: Tensor, real_labels: Tensor | None
+    ) -> Tensor:
+        """Ŝ of Def. 4.3; an empty Poisson batch leaves the debias term only (step 4)."""
+        assert self.loss_fn is not None
+        loss = self.loss_fn(fake, real, self.sanitized_rows, labels, real_labels)
+        if not self.private:  # the solve on real records is not released
             log_sinkhorn_info(self, self.loss_fn.last_info)
         return loss
 
