@@ -176,9 +176,13 @@ class EntropicSolver:
         self.taylor = bool(taylor)
         self.fixed_budget = bool(fixed_budget)
         self.potential = CapturedPotentials() if cuda_graphs else semi_dual_potential
-        self.target = Target(self.entropic_reg, self.tol, self.max_iter)
         self._keops_failed = False
         self._warned_not_converged = not warn_not_converged
+
+    @property
+    def target(self) -> Target:
+        """Where a solve stops, read from the current ``entropic_reg``, ``tol``, ``max_iter``."""
+        return Target(self.entropic_reg, self.tol, self.max_iter)
 
     # -- backend choice ---------------------------------------------------------------------
     def dense_limit(self, device: torch.device) -> float:
