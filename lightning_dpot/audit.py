@@ -44,9 +44,10 @@ from scipy.stats import beta as beta_distribution
 from torch import Tensor
 
 from lightning_dpot.checks import check_probability
-from lightning_dpot.methods.dp_merf import MeanEmbeddingRelease, class_embedding, fourier_features
+from lightning_dpot.methods.dp_merf import MeanEmbeddingRelease, fourier_features
 from lightning_dpot.methods.dpsw.sensitivity import gaussian_sliced_release
 from lightning_dpot.ot.dp_sinkhorn import SemiDebiasedSinkhorn
+from lightning_dpot.privacy.mechanisms.clipped_sum import block_sum
 from lightning_dpot.privacy.mechanisms.gradient_sanitizer import GradientSanitizer
 from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
 
@@ -255,7 +256,7 @@ def mean_embedding_scores(
     ``draws`` times each through ``release``; statistic: projection onto the unit vector from
     the first record's embedding to the second's."""
     embeddings = [
-        class_embedding(fourier_features(x.reshape(1, -1).double(), omega.double()),
+        block_sum(fourier_features(x.reshape(1, -1).double(), omega.double()),
                         torch.tensor([y]), num_blocks)
         for x, y in pair
     ]  # fmt: skip

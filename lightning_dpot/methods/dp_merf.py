@@ -41,30 +41,16 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_dpot.checks import (
-    check_delta,
-    check_epsilon,
-    check_labels,
-    check_nonnegative,
-    check_nonnegative_int,
-    check_positive,
-    check_positive_int,
-    check_records,
-)
+from lightning_dpot.checks import check_nonnegative_int, check_positive, check_positive_int
 from lightning_dpot.methods.base import OptimizerName
-from lightning_dpot.methods.conditional import ConditionalGeneratorModule
-from lightning_dpot.ot.precision import upcast
-from lightning_dpot.privacy.accounting.calibration import calibrated_noise_std
-from lightning_dpot.privacy.contract import ReleasesPrivateData
-from lightning_dpot.privacy.events import EventLog, GaussianRelease, PrivacyEvent
-from lightning_dpot.privacy.guards import check_release_before_training, warn_if_unaccounted
-from lightning_dpot.rng import SecretNoise, seeded_generator, standard_normal
+from lightning_dpot.methods.released_statistic import ReleasedStatisticModule
+from lightning_dpot.privacy.mechanisms.clipped_sum import ClippedSumRelease, block_sum
+from lightning_dpot.rng import seeded_generator
 
 __all__ = ["DPMERF", "MeanEmbeddingRelease", "fourier_features", "random_frequencies"]
 
 #: ℓ2 sensitivity of the summed embedding under replace-one (two unit vectors).
 SENSITIVITY = 2.0
-_CHUNK = 2048
 
 
 def random_frequencies(num_frequencies: int, dim: int, length_scale: float, seed: int) -> Tensor:
@@ -81,17 +67,10 @@ def fourier_features(x: Tensor, omega: Tensor) -> Tensor:
     return torch.cat([torch.cos(projection), torch.sin(projection)], dim=1) * scale
 
 
-def class_embedding(features: Tensor, labels: Tensor | None, num_blocks: int) -> Tensor:
-    """``Σ_i φ_i ⊗ onehot(y_i)`` as ``(L, 2D)`` (one block when ``labels`` is ``None``)."""
-    out = features.new_zeros(num_blocks, features.shape[1])
-    if labels is None:
-        return out + features.sum(0, keepdim=True)
-    return out.index_add(0, labels.to(features.device), features)
-
-
-class MeanEmbeddingRelease:
-    """The Gaussian release of the summed random-feature embedding, counted and reported
-    (module docstring).
+class MeanEmbeddingRelease(ClippedSumRelease):
+    """The Gaussian release of the summed random-feature embedding (module docstring): a
+    ``ClippedSumRelease`` of the features φ at C = 1, which moves no row (‖φ(x)‖₂ = 1) and
+    makes Δ = 2 hold in float64 whatever the rounding.
 
     Args:
         delta: δ of the guarantee.
@@ -106,30 +85,12 @@ class MeanEmbeddingRelease:
         secure_rng: bool = False,
         is_private: bool = True,
     ) -> None:
-        self.delta = check_delta("delta", delta)
-        self.noise = SecretNoise(noise_seed, secure_rng)
-        self.is_private = bool(is_private)
-        self.events = EventLog()
-        self.noise_scale = 0.0
-        self.calibrated = False
+        super().__init__(
+            SENSITIVITY / 2, delta, noise_seed, secure_rng, is_private,
+            mechanism="gaussian mean embedding of random Fourier features (Harder et al. 2021)",
+        )  # fmt: skip
 
-    def calibrate(self, noise_scale: float) -> None:
-        """Fix σ, the standard deviation of the noise on the sum."""
-        self.noise_scale = check_nonnegative("noise_scale", noise_scale)
-        if self.is_private != (self.noise_scale > 0.0):
-            raise ValueError(
-                f"noise_scale={noise_scale!r} for a release declared is_private={self.is_private}"
-            )
-        self.calibrated = True
-
-    @property
-    def event(self) -> PrivacyEvent | None:
-        """One ``GaussianRelease`` at σ/Δ (``None`` before calibration and when σ = 0)."""
-        if not self.calibrated or self.noise_scale == 0.0:
-            return None
-        return GaussianRelease(self.noise_scale / SENSITIVITY, adjacency="replace_one")
-
-    def __call__(
+    def __call__(  # type: ignore[override]
         self,
         records: Tensor,
         labels: Tensor | None,
@@ -138,78 +99,20 @@ class MeanEmbeddingRelease:
         bounds: tuple[float, float],
         source: Any,
     ) -> Tensor:
-        """The noisy sum ``Σ_i e(x_i, y_i) + N(0, σ²I)``, ``(L, 2D)`` in float64.
-
-        Everything it can refuse is checked before the event is emitted: calibration, records
-        finite and inside ``bounds``, labels in ``[0, L)`` (or one block without labels), a
-        noise source when σ > 0, finite features. The noiseless sum is computed first, in
-        float64 with autocast off (each row of features scaled onto the unit ball), then the
-        event is emitted, then the noise is drawn and added in place."""
-        if not self.calibrated:
-            raise RuntimeError("MeanEmbeddingRelease: calibrate() before releasing")
-        flat = records.detach().reshape(records.shape[0], -1)
-        check_records(flat, bounds[0], bounds[1], "records")
-        if labels is not None:
-            check_labels(labels, num_blocks, flat.shape[0], "labels")
-        elif num_blocks != 1:
-            raise ValueError(
-                f"labels is None but num_blocks={num_blocks}: an unlabelled release has one "
-                "block (every record's embedding in each block would make Δ = 2·sqrt(blocks))"
-            )
-        if flat.shape[1] != omega.shape[1]:
-            raise ValueError(
-                f"records have {flat.shape[1]} values each, the frequencies {omega.shape[1]}"
-            )
-        if source is None and self.noise_scale > 0.0:
-            raise ValueError(
-                "source is None: a private release draws its noise from its own source "
-                "(release.noise.source(...)), never from the global RNG"
-            )
-        omega = omega.to(device=flat.device, dtype=torch.float64)
-        total = torch.zeros(num_blocks, 2 * omega.shape[0], dtype=torch.float64, device=flat.device)
-        with torch.autocast(flat.device.type, enabled=False):
-            for start in range(0, flat.shape[0], _CHUNK):
-                features = fourier_features(flat[start : start + _CHUNK], omega)
-                norms = torch.linalg.vector_norm(features, dim=1, keepdim=True)
-                features = features / norms.clamp(min=1.0)
-                chunk_labels = None if labels is None else labels[start : start + _CHUNK].long()
-                total += class_embedding(features, chunk_labels, num_blocks)
-            if not bool(torch.isfinite(total).all()):
-                raise ValueError(
-                    "records: their random features are not finite (a projection overflowed); "
-                    "rescale the data or declare tighter bounds"
-                )
-            event = self.event
-            if event is not None:
-                self.events.emit(event)  # journaled before the noise is drawn
-            if self.noise_scale > 0.0:
-                total += self.noise_scale * standard_normal(
-                    tuple(total.shape), source, device=flat.device
-                )
-        return total
-
-    def facts(self) -> dict[str, Any]:
-        """What the accountant's report needs beyond the events (plain JSON types)."""
-        return {
-            "mechanism": "gaussian mean embedding of random Fourier features (Harder et al. 2021)",
-            "noise_scale": self.noise_scale,
-            "sensitivity_l2": SENSITIVITY,
-            "sensitivity_check": "every feature row scaled onto the unit ball (replace-one)",
-            "releases": self.events.total,
-            **self.noise.facts(),
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"events": self.events.state_dict(), "noise_scale": self.noise_scale}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.events.load_state_dict(state["events"])
-        self.calibrate(float(state["noise_scale"]))
+        """The noisy sum ``Σ_i e(x_i, y_i) + N(0, σ²I)``, ``(L, 2D)`` in float64, for the
+        ``(D, d)`` frequencies ``omega`` (``ClippedSumRelease.__call__``)."""
+        width = math.prod(records.shape[1:])
+        if width != omega.shape[1]:
+            raise ValueError(f"records have {width} values each, the frequencies {omega.shape[1]}")
+        omega = omega.to(device=records.device, dtype=torch.float64)
+        return super().__call__(
+            records, labels, lambda x: fourier_features(x, omega), num_blocks, bounds, source
+        )
 
 
-class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
+class DPMERF(ReleasedStatisticModule):
     """DP-MERF (Harder et al. 2021; module docstring): one private release of the random-feature
-    mean embedding, then a generator trained to match it.
+    mean embedding, then a generator trained to match it (``ReleasedStatisticModule``).
 
     Args:
         generator: ``(z, labels) → images`` (e.g. ``ConditionalDCGANGenerator``) when
@@ -236,6 +139,8 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
             out of range (named).
     """
 
+    method_description = "DP-MERF (Harder et al. 2021): one release"
+
     def __init__(
         self,
         generator: nn.Module,
@@ -254,54 +159,28 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
         noise_seed: int | None = None,
         secure_rng: bool = False,
     ) -> None:
-        super().__init__(
-            generator, conditional, latent_range=latent_range, lr=lr,
-            generated_batch_size=check_positive_int("generated_batch_size", generated_batch_size),
-            optimizer=optimizer, betas=betas,
-        )  # fmt: skip
-        if (noise_scale is None) == (target_epsilon is None):
-            raise ValueError(
-                "give exactly one of noise_scale (σ ≥ 0, 0 = not private) and target_epsilon "
-                f"(> 0), got noise_scale={noise_scale!r}, target_epsilon={target_epsilon!r}"
-            )
-        self.target_epsilon = (
-            None if target_epsilon is None else check_epsilon("target_epsilon", target_epsilon)
-        )
-        self.release = MeanEmbeddingRelease(
-            delta, noise_seed, secure_rng, is_private=noise_scale != 0.0
-        )
-        self.given_noise_scale = (
-            None if noise_scale is None else check_nonnegative("noise_scale", noise_scale)
-        )
         self.num_frequencies = check_positive_int("num_frequencies", num_frequencies)
         self.length_scale = check_positive("length_scale", length_scale)
         self.frequency_seed = check_nonnegative_int("frequency_seed", frequency_seed)
-        blocks = int(generator.num_classes) if self.conditional else 1
-        self.register_buffer("released", torch.zeros((), dtype=torch.bool))
-        self.register_buffer("embedding", torch.zeros(blocks, 2 * self.num_frequencies))
+        release = MeanEmbeddingRelease(delta, noise_seed, secure_rng, noise_scale != 0.0)
+        blocks = int(getattr(generator, "num_classes", 1)) if conditional else 1
+        super().__init__(
+            generator, release, (blocks, 2 * self.num_frequencies), noise_scale, target_epsilon,
+            generated_batch_size, conditional,
+            latent_range=latent_range, lr=lr, optimizer=optimizer, betas=betas,
+        )  # fmt: skip
         self.omega: Tensor | None = None
         self.num_records: int | None = None
 
-    # -- privacy contract -----------------------------------------------------------------------
-    @override
-    def privacy_releases(self) -> list[MeanEmbeddingRelease]:
-        return [self.release]
-
-    @override
-    def next_step_events(self) -> list[PrivacyEvent]:
-        """Steps release nothing: the one release happens before training."""
-        return []
-
-    @override
-    def planned_events(self) -> list[PrivacyEvent]:
-        """The one release, before it is drawn (so a budget can refuse it)."""
-        event = self.release.event
-        return [] if bool(self.released) or event is None else [event]
+    @property
+    def embedding(self) -> Tensor:
+        """μ̃, the released mean embedding ``(L, 2D)`` (zeros before the release)."""
+        return self.statistic
 
     @override
     def privacy_context(self) -> dict[str, Any]:
         return {
-            "method": "DP-MERF (Harder et al. 2021): one release",
+            **super().privacy_context(),
             "num_frequencies": self.num_frequencies,
             "length_scale": self.length_scale,
             "frequency_seed_is_public": True,
@@ -316,71 +195,47 @@ class DPMERF(ReleasesPrivateData, ConditionalGeneratorModule):
             "frequency_seed": self.frequency_seed,
         }
 
-    # -- Lightning ------------------------------------------------------------------------------
+    # -- the template's three parts -------------------------------------------------------------
     @override
-    def setup(self, stage: str) -> None:
-        datamodule = self.trainer.datamodule if self._trainer is not None else None
-        if datamodule is None or self.bind_private_data(datamodule):
-            return
-        shape = self.check_central_data(datamodule)
+    def prepare_release(self, datamodule: Any, shape: tuple[int, ...]) -> None:
+        """The public frequencies Ω for records of ``shape``, and n, the public dataset size."""
         self.num_records = int(datamodule.num_private)
         dim = math.prod(int(s) for s in shape)
         self.omega = random_frequencies(
             self.num_frequencies, dim, self.length_scale, self.frequency_seed
         ).float()
-        sigma = self.given_noise_scale
-        if self.target_epsilon is not None:
-            sigma = calibrated_noise_std(self.target_epsilon, self.release.delta, SENSITIVITY, 1)
-            self.planned_release_count = 1
-        if not self.release.calibrated:
-            self.release.calibrate(float(sigma))
 
     @override
-    def on_fit_start(self) -> None:
-        """Release once (rank 0, broadcast), unless a checkpoint already holds the release;
-        refused where it would not be accounted (``check_release_before_training``)."""
-        warn_if_unaccounted(self)
-        if bool(self.released):
-            return
-        check_release_before_training(self)
-        datamodule = self.trainer.datamodule
+    def release_statistic(self, datamodule: Any, source: Any) -> Tensor:
+        """μ̃ = (Σ_i e(x_i, y_i) + N(0, σ²I)) / n."""
         assert self.omega is not None and self.num_records is not None
-        if self.trainer.is_global_zero:
-            source = self.release.noise.source(0, device=self.device)
-            labels = datamodule.train_labels if self.conditional else None
-            noisy_sum = self.release(
-                datamodule.train_records.to(self.device),
-                None if labels is None else labels.to(self.device),
-                self.omega.double(),
-                self.embedding.shape[0],
-                (float(datamodule.source.low), float(datamodule.source.high)),
-                source,
-            )
-            mean = (noisy_sum / self.num_records).float()
-        else:
-            mean = torch.zeros_like(self.embedding)
-        self.embedding = self.trainer.strategy.broadcast(mean, src=0).to(self.device)
-        self.released = torch.ones((), dtype=torch.bool, device=self.device)
+        labels = datamodule.train_labels if self.conditional else None
+        noisy_sum = self.release(
+            datamodule.train_records.to(self.device),
+            None if labels is None else labels.to(self.device),
+            self.omega.double(),
+            self.statistic.shape[0],
+            (float(datamodule.source.low), float(datamodule.source.high)),
+            source,
+        )
+        return noisy_sum / self.num_records
 
     @override
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        """One step on the squared MMD to the released embedding; ``batch`` is not read."""
-        if not bool(self.released):
-            raise RuntimeError(
-                "DPMERF trains only on its release, made when the fit starts (the tuner's "
-                "lr_find runs before it: give lr instead)"
-            )
-        assert self.omega is not None and self.generated_batch_size is not None
-        n = self.generated_batch_size
-        labels = self.sample_labels(n) if self.conditional else None
-        fake = upcast(self.generate(self.sample_latent(n), labels)).reshape(n, -1)
+    def statistic_loss(self, fake: Tensor, labels: Tensor | None) -> Tensor:
+        """‖μ̃ − (1/B) Σ_b e(G(z_b, y_b), y_b)‖², in float32 with autocast off."""
+        assert self.omega is not None
+        n = fake.shape[0]
         omega = self.omega.to(fake.device)
         with torch.autocast(fake.device.type, enabled=False):
-            features = fourier_features(fake, omega)
-            generated = class_embedding(features, labels, self.embedding.shape[0])
-            loss = (self.embedding - generated / n).pow(2).sum()
-        self.log("train/loss", loss, prog_bar=True, sync_dist=True)  # a function of μ̃ only
-        return loss
+            features = fourier_features(fake.reshape(n, -1), omega)
+            generated = block_sum(features, labels, self.statistic.shape[0])
+            return (self.statistic - generated / n).pow(2).sum()
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Checkpoints written before the template held μ̃ under ``embedding``."""
+        if prefix + "embedding" in state_dict and prefix + "statistic" not in state_dict:
+            state_dict[prefix + "statistic"] = state_dict.pop(prefix + "embedding")
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     def loss_description(self) -> dict[str, Any]:
         """Settings for ``report.json`` (RunReport)."""

@@ -22,12 +22,12 @@ from lightning_dpot.methods import DPMERF
 from lightning_dpot.methods.dp_merf import (
     SENSITIVITY,
     MeanEmbeddingRelease,
-    class_embedding,
     fourier_features,
     random_frequencies,
 )
 from lightning_dpot.metrics.utility import QUICK, downstream_utility
 from lightning_dpot.nn import ConditionalDCGANGenerator
+from lightning_dpot.privacy.mechanisms.clipped_sum import block_sum
 from lightning_dpot.privacy.mechanisms.gaussian import analytic_gaussian_epsilon, gaussian_sigma
 from lightning_dpot.rng import seeded_generator
 
@@ -67,7 +67,7 @@ def test_replacing_one_record_moves_the_sum_by_at_most_the_sensitivity():
     phi = fourier_features(x.reshape(50, -1).double(), omega)
     expected = torch.stack([phi[y == c].sum(0) for c in range(3)])
     torch.testing.assert_close(_release()(x, y, omega, 3, (-1.0, 1.0), None), expected)
-    torch.testing.assert_close(class_embedding(phi, y, 3), expected)
+    torch.testing.assert_close(block_sum(phi, y, 3), expected)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_no_sum_before_the_noise_is_saved(tmp_path):
     model, dm, _ = _digits_run(tmp_path, 2, noise_scale=1.0, noise_seed=None)
     records = dm.train_records.reshape(dm.num_private, -1).double()
     phi = fourier_features(records, random_frequencies(200, records.shape[1], 6.0, 0))
-    noiseless = class_embedding(phi, dm.train_labels, 10)
+    noiseless = block_sum(phi, dm.train_labels, 10)
     buffer = io.BytesIO()
     torch.save(model, buffer)
     for candidate in (noiseless, noiseless / dm.num_private):
