@@ -39,13 +39,14 @@ class WandbRunLogger(WandbLogger):
 
     def __init__(
         self,
-        name: str = "run",
+        name: str | None = None,
         project: str = "lightning_dpot",
         save_dir: str = "runs",
         online: bool | None = None,
         **kwargs,
     ) -> None:
         online = wandb_online_from_env() if online is None else online
+        name = name or "run"  # `dpot fit` names an unnamed run after its method and data
         run_dir = Path(save_dir) / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         super().__init__(
             name=name, project=project, save_dir=str(run_dir), offline=not online, **kwargs

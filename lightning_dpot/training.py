@@ -13,6 +13,7 @@ messages that say nothing about the run are dropped (``quiet_dependencies``).
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -82,6 +83,19 @@ def quiet_dependencies() -> Iterator[None]:
         log.removeFilter(tips)
 
 
+def run_name(config: Any) -> str:
+    """``<method>_<data>`` for a run whose logger names none: the method's class in snake case
+    and the data's file or folder stem (or its source class), e.g. ``dpmerf_patients``."""
+    method = str(config.get("model", {}).get("class_path", "run")).rsplit(".", 1)[-1]
+    method = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", method).lower()
+    source = (config.get("data", {}).get("init_args", {}) or {}).get("source") or {}
+    args = source.get("init_args", {}) or {}
+    where = next((args[k] for k in ("path", "root", "idx_dir") if args.get(k)), None)
+    data = Path(str(where)).stem if where else str(source.get("class_path", "")).rsplit(".")[-1]
+    name = f"{method}_{data.lower()}" if data else method
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+
+
 class DpotCLI(LightningCLI):
     """LightningCLI whose trainer writes checkpoints atomically unless the config names its own
     ``CheckpointIO`` plugin, into ``<run dir>/checkpoints`` (``checkpoints_in_run_dir``),
@@ -97,6 +111,16 @@ class DpotCLI(LightningCLI):
         if isinstance(args, (list, tuple)):
             args = with_composed_configs(args)
         super().parse_arguments(parser, args)
+
+    @override
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        logger = config.get("trainer", {}).get("logger")
+        if (
+            getattr(logger, "class_path", None) == f"{WandbRunLogger.__module__}.WandbRunLogger"
+            and logger.init_args.get("name") is None
+        ):
+            logger.init_args.name = run_name(config)
 
     @override
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:

@@ -34,8 +34,11 @@ REACHED_THROUGH = {"torch_fidelity"}
 
 
 def _declared() -> set[str]:
+    """The required dependencies and the package's own optional extras (not ``dev``)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    names = (re.split(r"[\[<>=!~ ;]", dep, maxsplit=1)[0] for dep in project["dependencies"])
+    extras = project["optional-dependencies"]
+    deps = [*project["dependencies"], *(d for k, v in extras.items() if k != "dev" for d in v)]
+    names = (re.split(r"[\[<>=!~ ;]", dep, maxsplit=1)[0] for dep in deps)
     return {MODULE_OF.get(name, name) for name in names}
 
 

@@ -33,7 +33,9 @@ DESCRIPTION = "write a run's generator as one TorchScript file that samples with
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="directory of a fitted run")
     parser.add_argument(
-        "--ckpt", help="checkpoint to export (default: the newest last.ckpt below RUN_DIR)"
+        "--ckpt",
+        help="checkpoint to export (default: below RUN_DIR, the newest last.ckpt if any, else "
+        "the newest *.ckpt, e.g. checkpoints/epoch=4-step=2000.ckpt)",
     )
     parser.add_argument(
         "--output", help="file to write (default: generator.pt beside the run's config.yaml)"

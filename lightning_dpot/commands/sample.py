@@ -13,7 +13,11 @@ the checkpoint's ``state_dict`` is loaded, and N samples are written to ``--outp
 * ``png-dir``: a new (or empty) folder with one 8-bit RGB PNG per image, ``000000.png``, …
   (pixels mapped from [−1, 1] to 0…255; a gray image has three equal channels), and
   ``labels.csv`` (``file,label``) for a class-conditional generator; refused for records that
-  are not images (C, H, W) with C in (1, 3),
+  are not images (C, H, W) with C in (1, 3);
+* ``csv``: rows of the run's table (a ``Table`` source): each generated record decoded to the
+  declared columns (numeric values in their declared range, each categorical column its
+  category), with the label column for a class-conditional generator; only the run config's
+  declared schema is read, no record,
 
 and/or a PNG grid (``--grid``). Sampling is post-processing of the trained generator: it costs
 no privacy. No data are read.
@@ -30,12 +34,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lightning_dpot.checks import check_positive_int
-from lightning_dpot.commands.checkpoint import find_run_config, instantiate, load_model
+from lightning_dpot.commands.checkpoint import (
+    find_run_config,
+    instantiate,
+    load_datamodule,
+    load_model,
+)
 from lightning_dpot.generative import require_generative
 from lightning_dpot.grids import images_to_grid, images_to_unit_range, is_image_batch
 
@@ -43,7 +53,7 @@ __all__ = ["FORMATS", "build_parser", "find_run_config", "instantiate", "load_mo
 
 DESCRIPTION = "draw samples from a trained generator checkpoint (tensor file and/or PNG grid)"
 #: What ``--output`` can hold (module docstring).
-FORMATS = ("pt", "npz", "png-dir")
+FORMATS = ("pt", "npz", "png-dir", "csv")
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -54,7 +64,8 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--format",
         default="pt",
         choices=FORMATS,
-        help="pt: torch.save of (N, ...); npz: samples (and labels); png-dir: one PNG per image",
+        help="pt: torch.save of (N, ...); npz: samples (and labels); png-dir: one PNG per "
+        "image; csv: rows of the run's table in its columns' units",
     )
     parser.add_argument("--grid", help="PNG file for a grid of the first --grid-size samples")
     parser.add_argument("--grid-size", type=int, default=64, help="images in the grid")
@@ -95,7 +106,10 @@ def run(args: argparse.Namespace) -> dict:
         "num": num,
         "shape": list(samples.shape),
     }
-    if args.output is not None:
+    if args.output is not None and args.format == "csv":
+        _table_source(config_path).write_csv(Path(args.output), samples, labels)
+        summary |= {"output": args.output, "format": "csv", "labels": labels is not None}
+    elif args.output is not None:
         WRITERS[args.format](Path(args.output), samples, labels)
         summary |= {"output": args.output, "format": args.format, "labels": labels is not None}
     if args.grid is not None:
@@ -103,6 +117,17 @@ def run(args: argparse.Namespace) -> dict:
         save_image(images_to_grid(samples[:grid_size]), args.grid)
         summary["grid"] = str(args.grid)
     return summary
+
+
+def _table_source(config_path: Path) -> Any:
+    """The run's ``Table`` source (its declared schema decodes the records; nothing is read)."""
+    source = getattr(load_datamodule(config_path), "source", None)
+    if not hasattr(source, "write_csv"):
+        raise ValueError(
+            f"--format csv writes rows of a table, but this run's data source is "
+            f"{type(source).__name__}; accepted --format for this run: pt, npz, png-dir"
+        )
+    return source
 
 
 def _check_empty_folder(folder: Path) -> None:

@@ -10,6 +10,7 @@ from lightning_dpot.data.privatized import PrivatizedDataModule
 from lightning_dpot.data.public_split import PublicSplitDataModule
 from lightning_dpot.data.release import Release
 from lightning_dpot.data.sources import DataSource, DataSplits
+from lightning_dpot.data.table import Table
 from lightning_dpot.data.tabular import Digits, TensorFile
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "PublicSplitDataModule",
     "Rectangle",
     "Release",
+    "Table",
     "TensorFile",
 ]
