@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lightning_dpot.commands.sample import find_run_config, instantiate, load_model
+from lightning_dpot.commands.checkpoint import find_run_config, instantiate, load_model
 
 
 def datamodule_from_run_config(config_path: Path):

@@ -45,7 +45,7 @@ EXTRA_COMMANDS = {
     "privatize": "privatize a dataset once (local DP) and write the release file",
     "account": "privacy calculators: calibration, composition, shuffling, WDP",
     "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
-    "evaluate": "FID / classifier FD, downstream utility and W2 of a checkpoint (JSON)",
+    "evaluate": "FID / classifier FD, utility, W2 and leakage of a checkpoint (JSON)",
     "export": "a run's generator as one TorchScript file for plain torch (generator.pt)",
     "report": "print a run's report.json as a table",
     "compare": "every method of a suite on the same data at equal privacy (table, plots)",
@@ -53,8 +53,9 @@ EXTRA_COMMANDS = {
 
 
 def _root_cause(err: BaseException) -> BaseException:
-    """The innermost exception of a ``raise ... from`` chain (jsonargparse wraps ours)."""
-    while err.__cause__ is not None:
+    """The innermost exception of a ``raise ... from`` chain (jsonargparse wraps ours) that has
+    a message (an ``EOFError()`` below ours says nothing)."""
+    while err.__cause__ is not None and str(err.__cause__).strip():
         err = err.__cause__
     return err
 
@@ -144,8 +145,46 @@ def _run_with_one_line_errors(command: str, fn: Callable[[], Any]) -> Any:
         raise SystemExit(2) from None
 
 
+def fit_help() -> str:
+    """``dpot fit --help``, read from a cache once written: building LightningCLI's parser
+    imports torch and Lightning (seconds), while its text changes only with the installed
+    package, Lightning and jsonargparse, and the terminal's width (the cache key)."""
+    import hashlib
+    import io
+    import shutil
+    from contextlib import redirect_stdout
+    from importlib.metadata import version
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent
+    stamp = max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
+    key = "-".join(
+        [str(stamp), version("lightning"), version("jsonargparse"),
+         str(shutil.get_terminal_size().columns)]
+    )  # fmt: skip
+    digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lightning_dpot"
+    path = cache / f"fit-help-{digest}.txt"
+    if path.is_file():
+        return path.read_text()
+    from lightning_dpot.training import run_lightning
+
+    text = io.StringIO()
+    with redirect_stdout(text):
+        try:
+            run_lightning(["fit", "--help"])
+        except SystemExit:
+            pass
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.getvalue())
+    except OSError:  # a read-only home: print without caching
+        pass
+    return text.getvalue()
+
+
 def _top_level_help() -> str:
-    lines = ["usage: dpot COMMAND [options]", "", "commands:"]
+    lines = ["usage: dpot COMMAND [options]  (dpot --version)", "", "commands:"]
     lines += [f"  {c:<10} train with LightningCLI (--config FILE)" for c in TRAINING_COMMANDS]
     lines += [f"  {c:<10} {h}" for c, h in EXTRA_COMMANDS.items()]
     return "\n".join(lines)
@@ -156,7 +195,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(_top_level_help())
         return
+    if argv[0] in ("-V", "--version"):
+        from lightning_dpot._version import __version__
+
+        print(f"dpot (lightning_dpot) {__version__}")
+        return
+    if argv in (["fit", "-h"], ["fit", "--help"]):
+        print(fit_help(), end="")
+        return
     command, rest = argv[0], argv[1:]
+    # A module file in the current folder is importable (--model mymethod.MyMethod), as it
+    # is under `python -m`.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     _run_with_one_line_errors(command, lambda: _dispatch(command, rest, argv))
 
 

@@ -129,7 +129,13 @@ def with_composed_configs(args: Sequence[str]) -> list[str]:
         if not os.path.isfile(value):
             return value  # a YAML string, or a missing file for jsonargparse to report
         loaded = get_loader("yaml")(Path(value).read_text())
-        if not (isinstance(loaded, dict) and BASE_KEY in loaded):
+        if not isinstance(loaded, dict):
+            what = "empty" if loaded is None else f"a {type(loaded).__name__}, not a mapping"
+            raise ValueError(
+                f"config={value!r} is {what}: a config maps sections (trainer, model, data) to "
+                "their settings; start from one in configs/ (configs/README.md)"
+            )
+        if BASE_KEY not in loaded:
             check_renamed_keys(loaded, value)
             return value
         return yaml.safe_dump(compose_config(value), sort_keys=False)

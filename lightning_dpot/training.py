@@ -140,6 +140,27 @@ class DpotCLI(LightningCLI):
         return trainer
 
 
+def fit_epilog() -> str:
+    """The package's methods, templates and data modules, for ``dpot fit --help``."""
+    import lightning_dpot.data as data
+    import lightning_dpot.methods as methods
+
+    def names(module: Any, base: type) -> list[str]:
+        found = (getattr(module, name) for name in module.__all__)
+        return [c.__name__ for c in found if isinstance(c, type) and issubclass(c, base)]
+
+    templates = ("GeneratorModule", "ConditionalGeneratorModule")
+    trained = [n for n in names(methods, L.LightningModule) if n not in templates]
+    return (
+        f"methods (--model NAME; --model.help NAME lists its arguments): {', '.join(trained)}; "
+        f"templates to subclass: {', '.join(templates)}, "
+        "methods.central.SanitizedGradientModule, "
+        "methods.released_statistic.ReleasedStatisticModule. Data modules (--data NAME): "
+        f"{', '.join(names(data, L.LightningDataModule))}. Start from a config: "
+        "configs/README.md"
+    )
+
+
 def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
     """LightningCLI over any module/datamodule; the LDP privacy report, the run report
     (report.json) and the run's artifacts (generator.pt; W&B artifacts,
@@ -147,6 +168,9 @@ def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
     config's own callbacks, and checkpoints are written atomically
     (``AtomicCheckpointIO``). ``run=False`` only builds the model,
     datamodule and trainer (``args`` then hold no subcommand)."""
+    # The package's methods and data modules, imported: `--model DPMERF` and `--model.help
+    # DPMERF` resolve the short names of the subclasses jsonargparse has seen.
+
     with quiet_dependencies(), warnings.catch_warnings():
         # Lightning warns whenever both `args` and a command line exist; ours are the same.
         warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter is intended")
@@ -162,7 +186,8 @@ def run_lightning(args: Sequence[str], run: bool = True) -> LightningCLI:
             save_config_kwargs={"overwrite": True},
             # Bad arguments raise (one line from `dpot`) instead of printing the whole usage.
             parser_kwargs={"exit_on_error": False}
-            | {command: {"exit_on_error": False} for command in SUBCOMMANDS},
+            | {command: {"exit_on_error": False} for command in SUBCOMMANDS}
+            | {"fit": {"exit_on_error": False, "epilog": fit_epilog()}},
             run=run,
             args=list(args),
         )

@@ -4,8 +4,8 @@ a lower one, and no set of modules imports itself in a circle.
 Layers, bottom up (docs/design.md, "Package layout"):
 
 0. ``_version``, ``checks``, ``resources`` — the version, argument checks, the packaged configs;
-1. ``config``, ``rng``, ``grids``, ``distributed``, ``loggers``, ``plugins`` — YAML composition,
-   random sources (seeded and OS) and small utilities;
+1. ``config``, ``rng``, ``grids``, ``distributed``, ``loggers``, ``plugins``, ``locks`` — YAML
+   composition, random sources (seeded and OS) and small utilities;
 2. ``ot`` (optimal transport, knows nothing of privacy) and ``privacy`` (mechanisms, accounting,
    the contract);
 3. ``data``, ``nn``, ``generative``;
@@ -25,7 +25,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_dpot"
 LAYERS = [
     {"_version", "checks", "resources"},
-    {"config", "rng", "grids", "distributed", "loggers", "plugins"},
+    {"config", "rng", "grids", "distributed", "loggers", "plugins", "locks"},
     {"ot", "privacy"},
     {"data", "nn", "generative"},
     {"methods", "metrics", "export"},

@@ -4,6 +4,7 @@ trained weights; a class-conditional generator writes its labels."""
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +13,10 @@ import yaml
 from tiny_runs import CONDITIONAL_GENERATOR, dcgan_run
 
 from lightning_dpot.cli import main
-from lightning_dpot.commands.sample import find_run_config, load_model
+from lightning_dpot.commands.checkpoint import find_run_config, load_model
 from lightning_dpot.nn import DCGANGenerator
 
+REPO = Path(__file__).resolve().parents[1]
 TINY_RUN = dcgan_run(
     {"max_steps": 2, "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
 )
@@ -246,3 +248,14 @@ def test_png_dir_is_refused_for_points_and_for_a_folder_in_use(
         _sample(fitted_run, capsys, "--num", "2", "--format", "png-dir", "--output", str(used))
     assert "is not an empty folder" in capsys.readouterr().err
     assert [p.name for p in used.iterdir()] == ["keep.txt"]
+
+
+def test_a_checkpoint_sampled_with_another_runs_config_is_refused_in_one_line(
+    fitted_run, tmp_path, capsys
+):
+    other = REPO / "configs" / "dp_merf" / "fashion_mnist_eps10.yaml"
+    argv = ["sample", "--ckpt", str(fitted_run), "--num", "2", "--output", str(tmp_path / "x.pt")]
+    with pytest.raises(SystemExit):
+        main([*argv, "--config", str(other)])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "does not fit the DPMERF of config=" in line and "give the config.yaml" in line

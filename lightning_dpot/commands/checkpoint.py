@@ -161,7 +161,15 @@ def load_model(
         raise ValueError(f"ckpt={str(ckpt)!r} holds no state_dict")
     model.on_load_checkpoint(state)  # module state kept outside the state_dict (e.g. particles)
     materialize_placeholder_buffers(model, state_dict)
-    model.load_state_dict(state_dict)
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as error:
+        detail = next((line.strip() for line in str(error).splitlines()[1:] if line.strip()), "")
+        raise ValueError(
+            f"ckpt={str(ckpt)!r} does not fit the {type(model).__name__} of "
+            f"config={str(config_path)!r} ({detail}); give the config.yaml of the run that "
+            "wrote the checkpoint, or leave --config out to use the one beside it"
+        ) from None
     attach = getattr(model, "attach_datamodule", None)
     if attach_datamodule and callable(attach):
         if not isinstance(loaded.get("data"), dict):

@@ -42,18 +42,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
-
 from lightning_dpot.checks import check_positive_int
-from lightning_dpot.commands.checkpoint import load_datamodule
-from lightning_dpot.data.ledger_public import enter_evaluation_use
-from lightning_dpot.data.protocols import LocalDPRelease, held_out_split, satisfies
-from lightning_dpot.generative import draw
-from lightning_dpot.metrics.selection import MetricSelection
 
 if TYPE_CHECKING:
+    from torch import Tensor
     from tqdm import tqdm
+
+    from lightning_dpot.metrics.selection import MetricSelection
+
+# torch, the data and the metrics are imported when the command runs: --help prints at once.
 
 DESCRIPTION = (
     "FID / classifier FD, downstream utility, W2 and leakage of a checkpoint (prints JSON)"
@@ -68,6 +65,8 @@ def _requested(args: argparse.Namespace) -> list[str]:
 
 def _selection(args: argparse.Namespace) -> MetricSelection | None:
     """The metrics of ``--metrics`` (but ``leakage``) with the options the other flags set."""
+    from lightning_dpot.metrics.selection import MetricSelection
+
     others = [m for m in _requested(args) if m != LEAKAGE]
     if not others and LEAKAGE in _requested(args):
         return None
@@ -87,6 +86,9 @@ def _selection(args: argparse.Namespace) -> MetricSelection | None:
 
 def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | None, str]:
     """``raw-train`` or ``privatized`` records of a datamodule, with labels where known."""
+    from lightning_dpot.data.ledger_public import enter_evaluation_use
+    from lightning_dpot.data.protocols import LocalDPRelease, satisfies
+
     source = getattr(datamodule, "source", None)  # None: a datamodule read from a release file
     if which == "raw-train":
         if source is None:
@@ -106,6 +108,8 @@ def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | Non
 
 
 def load_sample_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
+    import torch
+
     if not Path(path).is_file():
         raise FileNotFoundError(
             f"--samples={str(path)!r}: no such file (and not one of {SAMPLE_SOURCES})"
@@ -147,6 +151,14 @@ def evaluate(args: argparse.Namespace) -> dict:
 
 def _evaluate(args: argparse.Namespace, selection: MetricSelection | None, bar: tqdm) -> dict:
     """``evaluate``, advancing ``bar`` after the sampling and after each metric."""
+    import torch
+
+    from lightning_dpot.commands.checkpoint import load_datamodule
+    from lightning_dpot.data.ledger_public import enter_evaluation_use
+    from lightning_dpot.data.protocols import held_out_split
+    from lightning_dpot.generative import draw
+    from lightning_dpot.metrics.selection import MetricSelection
+
     metrics = _requested(args)
     num_samples = check_positive_int("num_samples", args.num_samples)
     if (args.ckpt is None) == (args.samples is None):

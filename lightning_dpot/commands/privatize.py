@@ -6,17 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-
-import lightning as L
-from jsonargparse import ArgumentParser
-
-from lightning_dpot.config import compose_config
-from lightning_dpot.data.protocols import LocalDPRelease, satisfies
+from typing import Any
 
 DESCRIPTION = "privatize a dataset once (local DP) and write the release file"
 
 
-def _datamodule_from_config(path: str) -> L.LightningDataModule:
+def _datamodule_from_config(path: str) -> Any:
+    import lightning as L
+    from jsonargparse import ArgumentParser
+
+    from lightning_dpot.config import compose_config
+
     config = compose_config(path)
     section = config.get("data", config)
     if not isinstance(section, dict):
@@ -31,7 +31,9 @@ def main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(prog="dpot privatize", description=DESCRIPTION)
     parser.add_argument("--config", required=True, help="YAML with a `data:` section")
     parser.add_argument("--output", required=True, help="path of the release file to write")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # before the imports: --help prints at once
+    from lightning_dpot.data.protocols import LocalDPRelease, satisfies
+
     datamodule = _datamodule_from_config(args.config)
     if not satisfies(datamodule, LocalDPRelease):
         raise SystemExit("dpot privatize: error: the data section must be a PrivatizedDataModule")

@@ -34,22 +34,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from lightning_dpot.checks import check_positive_int
-from lightning_dpot.commands.checkpoint import (
-    find_run_config,
-    instantiate,
-    load_datamodule,
-    load_model,
-)
-from lightning_dpot.generative import require_generative
-from lightning_dpot.grids import images_to_grid, images_to_unit_range, is_image_batch
 
-__all__ = ["FORMATS", "build_parser", "find_run_config", "instantiate", "load_model", "main", "run"]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# torch and the model loader are imported when a command runs, so that --help prints at once.
+__all__ = ["FORMATS", "build_parser", "main", "run"]
 
 DESCRIPTION = "draw samples from a trained generator checkpoint (tensor file and/or PNG grid)"
 #: What ``--output`` can hold (module docstring).
@@ -76,7 +69,12 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> dict:
     """Sample and write the files; returns the JSON summary the CLI prints."""
+    import torch
     from torchvision.utils import save_image
+
+    from lightning_dpot.commands.checkpoint import load_model
+    from lightning_dpot.generative import require_generative
+    from lightning_dpot.grids import images_to_grid, is_image_batch
 
     num = check_positive_int("num", args.num)
     grid_size = check_positive_int("grid_size", args.grid_size)
@@ -121,6 +119,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def _table_source(config_path: Path) -> Any:
     """The run's ``Table`` source (its declared schema decodes the records; nothing is read)."""
+    from lightning_dpot.commands.checkpoint import load_datamodule
+
     source = getattr(load_datamodule(config_path), "source", None)
     if not hasattr(source, "write_csv"):
         raise ValueError(
@@ -139,6 +139,8 @@ def _check_empty_folder(folder: Path) -> None:
 
 
 def _write_pt(path: Path, samples: Tensor, labels: Tensor | None) -> None:
+    import torch
+
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(samples, path)
 
@@ -156,6 +158,8 @@ def _write_npz(path: Path, samples: Tensor, labels: Tensor | None) -> None:
 
 def _write_png_dir(folder: Path, samples: Tensor, labels: Tensor | None) -> None:
     from torchvision.utils import save_image
+
+    from lightning_dpot.grids import images_to_unit_range
 
     folder.mkdir(parents=True, exist_ok=True)
     names = [f"{i:06d}.png" for i in range(len(samples))]

@@ -26,8 +26,9 @@ from lightning_dpot.data.ledger_public import (
     disjoint_parts,
     reuse_error,
 )
-from lightning_dpot.data.release import exclusive_lock, secret_key
+from lightning_dpot.data.release import secret_key
 from lightning_dpot.data.sources import DataSplits
+from lightning_dpot.locks import exclusive_lock
 
 __all__ = [
     "BUDGET_REMEDY",

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_dpot._version import __version__
-from lightning_dpot.data.release import Release, config_key, exclusive_lock, keyed_digest
+from lightning_dpot.data.release import Release, config_key, keyed_digest
 from lightning_dpot.data.sources import DataSource, DataSplits, check_source_splits
 from lightning_dpot.distributed import rank_world
+from lightning_dpot.locks import exclusive_lock
 from lightning_dpot.privacy.mechanisms.ldp import LocalRandomizer
 from lightning_dpot.rng import SecretNoise, permutation
 

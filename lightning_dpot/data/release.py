@@ -1,7 +1,8 @@
 """Release files: a privatized dataset and the metadata needed to audit it.
 
 A release is written once (atomically: temporary file, then ``os.replace``) and only read
-afterwards; ``exclusive_lock`` serializes the processes that may write the same one. It
+afterwards; ``lightning_dpot.locks.exclusive_lock`` serializes the processes that may write the
+same one. It
 holds the privatized records in the mechanism's domain ``(n, m)`` and metadata: mechanism, ε, δ,
 noise scale, sensitivity, projection, transform, seed status, a keyed digest (HMAC-SHA256, key
 kept in the cache directory, ``keyed_digest``) of the raw training records, and the library
@@ -10,7 +11,6 @@ version. Raw labels are never stored: they would be released without privacy.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import json
@@ -19,8 +19,6 @@ import pickle
 import secrets
 import tempfile
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,20 +57,6 @@ def secret_key(key_dir: str | Path) -> bytes:
     finally:
         os.remove(tmp)
     return key_path.read_bytes()
-
-
-@contextmanager
-def exclusive_lock(path: str | Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block: the
-    processes that lock the same path run their blocks one at a time."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def keyed_digest(x: Tensor, key_dir: str | Path) -> str:

@@ -70,6 +70,8 @@ class TensorFile(DataSource):
     def _read(self) -> dict:
         if not Path(self.path).is_file():
             raise FileNotFoundError(f"path={self.path!r}: no such tensor file")
+        if Path(self.path).stat().st_size == 0:
+            raise ValueError(f"path={self.path!r} is an empty file, not a torch.save tensor file")
         try:
             obj = torch.load(self.path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as error:

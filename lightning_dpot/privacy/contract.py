@@ -235,6 +235,7 @@ class ReleasesPrivateData:
             "plan": self.privacy_plan(),
             "settings": self.resume_settings(),
             "facts": self.privacy_facts(),  # what a report of this checkpoint states
+            "method": type(self).__name__,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -246,6 +247,12 @@ class ReleasesPrivateData:
                 resume) a changed plan or setting.
         """
         super().on_load_checkpoint(checkpoint)  # type: ignore[misc]
+        writer = (checkpoint.get(PRIVACY_KEY) or {}).get("method")
+        if writer is not None and writer != type(self).__name__:
+            raise ValueError(
+                f"the checkpoint was written by {writer}, not {type(self).__name__}: resume or "
+                f"sample it with the config of the {writer} run that wrote it"
+            )
         state = migrate_module_state(checkpoint)
         if state is None:
             return

@@ -35,7 +35,6 @@ on a line of its own. Any other unreadable line is refused.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -44,6 +43,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from lightning_dpot.locks import locked_file, unlock_and_remove
 from lightning_dpot.privacy.events import PrivacyEvent, event_from_dict
 
 __all__ = ["ReleaseJournal"]
@@ -70,10 +70,10 @@ class ReleaseJournal:
         self._uncommitted = 0
 
     def acquire(self) -> None:
-        """Hold the journal alone (an ``flock`` on ``<journal>.lock``) until ``release``
-        or the process ends: a second process resuming the same run at the same time would
-        compose the journal without the first one's later releases and check the budget
-        alone, so it is refused. An interrupted last line is cut off here.
+        """Hold the journal alone (an ``flock`` on ``<journal>.lock``, which ``release``
+        removes) until ``release`` or the process ends: a second process resuming the same run
+        at the same time would compose the journal without the first one's later releases and
+        check the budget alone, so it is refused. An interrupted last line is cut off here.
 
         Raises:
             RuntimeError: if another process holds the journal.
@@ -81,11 +81,8 @@ class ReleaseJournal:
         if self._lock is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(f"{self.path.name}.lock"), os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = locked_file(self._lock_path, blocking=False)
+        if fd is None:
             raise RuntimeError(
                 f"the release journal {str(self.path)!r} is in use by another process resuming "
                 "or running the same run; two processes releasing under one journal would each "
@@ -98,9 +95,12 @@ class ReleaseJournal:
         """Commit, close and let another process take the journal (``acquire``)."""
         self.close()
         if self._lock is not None:
-            fcntl.flock(self._lock, fcntl.LOCK_UN)
-            os.close(self._lock)
+            unlock_and_remove(self._lock_path, self._lock)
             self._lock = None
+
+    @property
+    def _lock_path(self) -> Path:
+        return self.path.with_name(f"{self.path.name}.lock")
 
     def _cut_torn_tail(self) -> None:
         """Cut a last line without its newline (an append a crash interrupted, whose noise was
