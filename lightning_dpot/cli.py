@@ -16,8 +16,8 @@ and the training runs of ``lightning_dpot.training``.
 * ``dpot export RUN_DIR [--ckpt PATH] [--output FILE]`` — the run's generator as one TorchScript
   file that samples with plain torch, its privacy report embedded (``dpot fit`` writes it too,
   as ``generator.pt``).
-* ``dpot report RUN_DIR`` — a run's report.json as a table (``--ckpt CKPT``: the releases of a
-  checkpoint).
+* ``dpot report RUN_DIR`` — a run's summary (method, data, ε/δ, metrics, files; ``--all``: its
+  report.json as a table; ``--ckpt CKPT``: the releases of a checkpoint).
 * ``dpot compare --config configs/compare/SUITE.yaml`` — methods × ε × seeds on one data set
   with one evaluator set: comparison.json, a table grouped by privacy notion, plots.
 
@@ -47,7 +47,7 @@ EXTRA_COMMANDS = {
     "sample": "draw samples from a trained checkpoint (tensor file and/or PNG grid)",
     "evaluate": "FID / classifier FD, utility, W2 and leakage of a checkpoint (JSON)",
     "export": "a run's generator as one TorchScript file for plain torch (generator.pt)",
-    "report": "print a run's report.json as a table",
+    "report": "a run's summary: method, data, privacy, metrics, files (--all: every entry)",
     "compare": "every method of a suite on the same data at equal privacy (table, plots)",
 }
 

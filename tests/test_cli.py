@@ -58,7 +58,12 @@ def test_quickstart_fit_writes_report_with_privacy_and_manifold_error(
     outside = report["privacy"]["outside_the_guarantee"]
     assert any(line.startswith("the raw held-out split") for line in outside)
     assert report["ended_by"] is None
-    main(["report", str(run_dir)])  # the report as a table, one dotted key per line
+    main(["report", str(run_dir)])  # the summary first
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("method: EntropicWGAN; data: HalfCircle; steps: ")
+    assert lines[2].startswith("privacy: local DP, ε=2.5")
+    assert lines[-1] == f"the full report: dpot report {run_dir} --all"
+    main(["report", str(run_dir), "--all"])  # the report as a table, one dotted key per line
     table = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["privacy.epsilon", "2.5"] for line in table)
     assert any(line.startswith("metrics.manifold_error ") for line in table)

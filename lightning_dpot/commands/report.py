@@ -140,11 +140,60 @@ def summary(run_dir: str | Path, max_files: int = 12) -> str:
     return "\n".join(lines)
 
 
+def _data_line(run_dir: Path, report: dict) -> str:
+    """``method: M; data: SOURCE (file); steps: S (epochs E)`` from the report and config."""
+    import yaml
+
+    config_path = Path(report.get("config_path") or run_dir / "config.yaml")
+    if not config_path.is_file():
+        config_path = run_dir / "config.yaml"
+    data = "unknown"
+    if config_path.is_file():
+        config = yaml.safe_load(config_path.read_text()) or {}
+        source = ((config.get("data") or {}).get("init_args") or {}).get("source") or {}
+        args = source.get("init_args") or {}
+        where = next((args[k] for k in ("path", "root", "idx_dir") if args.get(k)), None)
+        name = str(source.get("class_path", "")).rsplit(".", 1)[-1] or "unknown"
+        data = f"{name} ({where})" if where else name
+    steps = f"{report.get('global_step')} (epochs {report.get('epochs')})"
+    return f"method: {report.get('method', 'unknown')}; data: {data}; steps: {steps}"
+
+
+def _evaluation_lines(report: dict, limit: int = 8) -> list[str]:
+    """One line per ``dpot evaluate`` record: its numbers, a few."""
+    lines = []
+    for record in report.get("evaluate") or []:
+        numbers = [
+            f"{key}={_format(value)}"
+            for key, value in flatten(record.get("results") or {})
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
+        more = f" (+{len(numbers) - limit})" if len(numbers) > limit else ""
+        if numbers:
+            lines.append(f"evaluated: {', '.join(numbers[:limit])}{more}")
+    return lines
+
+
+def run_summary(run_dir: str | Path) -> str:
+    """``dpot report RUN``: method, data and length first, then ``summary``'s privacy,
+    metrics and files, and the evaluations."""
+    run_dir = Path(run_dir)
+    report = json.loads((run_dir / "report.json").read_text())
+    lines = summary(run_dir).splitlines()
+    lines = [lines[0], _data_line(run_dir, report), *lines[1:-1], *_evaluation_lines(report)]
+    return "\n".join([*lines, f"the full report: dpot report {run_dir} --all"])
+
+
 def main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(
-        prog="dpot report", description="print a run's report.json as a table"
+        prog="dpot report",
+        description="a run's summary (method, data, privacy, metrics, files); --all: every "
+        "entry of its report.json",
     )
     parser.add_argument("run_dir", nargs="?", help="a run directory holding report.json")
+    parser.add_argument(
+        "--all", action="store_true", help="every entry of report.json, one dotted key per line"
+    )
     parser.add_argument(
         "--ckpt", help="instead: the privacy report of the releases this checkpoint holds"
     )
@@ -157,6 +206,9 @@ def main(argv: Sequence[str]) -> None:
     path = Path(args.run_dir) / "report.json"
     if not path.is_file():
         raise FileNotFoundError(f"run_dir={args.run_dir!r} holds no report.json")
+    if not args.all:
+        print(run_summary(args.run_dir))
+        return
     report = json.loads(path.read_text())
     note = journal_note(report)
     if note is not None:
