@@ -179,9 +179,11 @@ def run_summary(run_dir: str | Path) -> str:
     metrics and files, and the evaluations."""
     run_dir = Path(run_dir)
     report = json.loads((run_dir / "report.json").read_text())
-    lines = summary(run_dir).splitlines()
+    note = journal_note(report)  # first: the report is older than the run's releases
+    lines = [line for line in summary(run_dir).splitlines() if line != note]
     lines = [lines[0], _data_line(run_dir, report), *lines[1:-1], *_evaluation_lines(report)]
-    return "\n".join([*lines, f"the full report: dpot report {run_dir} --all"])
+    head = [] if note is None else [note]
+    return "\n".join([*head, *lines, f"the full report: dpot report {run_dir} --all"])
 
 
 def main(argv: Sequence[str]) -> None:
