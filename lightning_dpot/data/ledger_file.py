@@ -4,6 +4,7 @@ file lock, totals and checks read from them. What it records and why:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -107,6 +108,11 @@ class PrivacyLedger:
         records, ids = splits.train, splits.train_ids
         if index is not None:
             records, ids = records[index], None if ids is None else ids[index]
+        if splits.generated_by is not None:  # keyed apart: equal bytes, other draw, no match
+            key = hashlib.blake2b(
+                b"generated\0" + splits.generated_by.encode(), key=secret_key(self.directory)
+            ).digest()
+            return keyed_record_keys(key, records, ids, splits.id_namespace)
         return self.record_keys(records, ids, splits.id_namespace)
 
     # -- reading ---------------------------------------------------------------------------------

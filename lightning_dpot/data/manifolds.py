@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from lightning_dpot.checks import check_positive, check_positive_int
-from lightning_dpot.data.sources import DataSource, DataSplits
+from lightning_dpot.data.sources import DataSource, DataSplits, generated_draw
 
 
 def project_to_polyline(
@@ -97,7 +97,8 @@ class CurveSource(DataSource):
 
     def load(self) -> DataSplits:
         gen = torch.Generator().manual_seed(self.data_seed)
-        return DataSplits(train=self._sample(self.n, gen), test=self._sample(self.n_test, gen))
+        train, test = self._sample(self.n, gen), self._sample(self.n_test, gen)
+        return DataSplits(train=train, test=test, generated_by=generated_draw(self))
 
     def distance_to_support(self, points: Tensor) -> Tensor:
         """Distance of each 2-D point to the curve."""
@@ -218,4 +219,5 @@ class GaussianMixture2D(DataSource):
 
     def load(self) -> DataSplits:
         gen = torch.Generator().manual_seed(self.data_seed)
-        return DataSplits(train=self._sample(self.n, gen), test=self._sample(self.n_test, gen))
+        train, test = self._sample(self.n, gen), self._sample(self.n_test, gen)
+        return DataSplits(train=train, test=test, generated_by=generated_draw(self))

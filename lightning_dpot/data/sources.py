@@ -30,6 +30,11 @@ class DataSplits:
     without preprocessing parameters): the same raw record has the same ``(id_namespace, id)``
     whatever the split, order, subset, image size or scaling. The privacy ledger keys records by
     them (``lightning_dpot.data.ledger``). Sources that cannot say leave both ``None``.
+
+    ``generated_by`` names the draw of a source that generates its points from a seed (its
+    ``describe()``, ``generated_draw``): the ledger keys such points apart from every other
+    source's and draw's, so a tutorial's points never share identities with a user's records
+    (or another draw's) because their bytes happen to agree.
     """
 
     train: Tensor
@@ -38,6 +43,7 @@ class DataSplits:
     test_labels: Tensor | None = None
     train_ids: Tensor | None = None
     id_namespace: str | None = None
+    generated_by: str | None = None
 
 
 class DataSource(ABC):
@@ -92,6 +98,13 @@ class DataSource(ABC):
 
 
 JSON_SCALARS = (str, int, float, bool)
+
+
+def generated_draw(source: DataSource) -> str:
+    """The name of a generated source's draw: its class and parameters (seed included)."""
+    import json
+
+    return json.dumps(source.describe(), sort_keys=True)
 
 
 def digest_ids(items: Iterable[bytes]) -> Tensor:

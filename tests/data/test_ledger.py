@@ -242,3 +242,28 @@ def test_a_resumed_run_sets_its_entry_back_within_the_budget_and_only_for_its_re
     assert not other.ledger_holds(entry)
     elsewhere = {**options, "ledger_dir": str(tmp_path / "other")}
     assert not CentralDPDataModule(_mnist(folder), **elsewhere).ledger_holds(entry)
+
+
+def test_generated_points_are_keyed_apart_from_real_records_and_other_draws(tmp_path):
+    tutorial = _module(tmp_path, "a", 2.0)  # a seeded half-circle, as the tutorials draw
+    tutorial.setup()
+    points = HalfCircle(n=200).load().train
+    torch.save(points, tmp_path / "same_points.pt")  # a user's file with the same bytes
+    real = PrivatizedDataModule(
+        TensorFile(str(tmp_path / "same_points.pt"), low=-1.5, high=1.5),
+        mechanism="laplace", epsilon=1.0, cache_dir=str(tmp_path / "b"),
+        ledger_dir=str(tmp_path / "ledger"),
+    )  # fmt: skip
+    real.setup()
+    total = real.privacy_report()["ledger"]["all_releases_of_these_records"]
+    assert total == {"releases": 1, "epsilon": 1.0, "delta": 0.0}  # not the tutorial's
+    other_draw = PrivatizedDataModule(
+        HalfCircle(n=200, data_seed=7), mechanism="laplace", epsilon=3.0,
+        cache_dir=str(tmp_path / "c"), ledger_dir=str(tmp_path / "ledger"),
+    )  # fmt: skip
+    other_draw.setup()
+    total = other_draw.privacy_report()["ledger"]["all_releases_of_these_records"]
+    assert total["releases"] == 1  # another draw shares no identity with the first
+    again = _module(tmp_path, "d", 1.0)  # the same draw again: the same records
+    again.setup()
+    assert again.privacy_report()["ledger"]["all_releases_of_these_records"]["releases"] == 2
