@@ -227,9 +227,15 @@ def _dispatch(command: str, rest: list[str], argv: list[str]) -> None:
             f"{', '.join(commands)})"
         )
     from lightning_dpot.commands import report
+    from lightning_dpot.loggers import RUN_DIRS_MADE, discard_refused_runs
     from lightning_dpot.training import run_lightning
 
-    cli = run_lightning(argv)
+    made = len(RUN_DIRS_MADE)
+    try:
+        cli = run_lightning(argv)
+    except BaseException:
+        discard_refused_runs(made)  # a refused run leaves no folder with nothing in it
+        raise
     if command == "fit":
         # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
         log_dir = cli.trainer.log_dir or cli.trainer.default_root_dir

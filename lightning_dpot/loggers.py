@@ -21,6 +21,35 @@ def wandb_online_from_env() -> bool:
     return os.environ.get("DPOT_WANDB_ONLINE", "").strip().lower() in ("1", "true", "yes")
 
 
+#: The run directories this process made (``WandbRunLogger``), for ``discard_refused_runs``.
+RUN_DIRS_MADE: list[Path] = []
+#: What a run directory holds before it explains anything: the W&B folder and the config.
+_BOOKKEEPING = ("wandb", "config.yaml", "hparams.yaml")
+
+
+def discard_refused_runs(since: int) -> list[Path]:
+    """Remove the run directories made since ``RUN_DIRS_MADE[since]`` that hold nothing but
+    the W&B folder and the config: a fit refused before it trained or released anything leaves
+    no folder behind. A directory with anything else (a release journal, a report, a
+    checkpoint) is kept: it records what happened. Returns the removed directories."""
+    import shutil
+
+    import wandb
+
+    made = RUN_DIRS_MADE[since:]
+    del RUN_DIRS_MADE[since:]
+    if made and wandb.run is not None:
+        wandb.run.finish(exit_code=1, quiet=True)  # its files are closed before removal
+    removed = []
+    for run_dir in made:
+        if run_dir.is_dir() and all(p.name in _BOOKKEEPING for p in run_dir.iterdir()):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            removed.append(run_dir)
+            if not any(run_dir.parent.iterdir()):  # runs/ itself, left empty
+                run_dir.parent.rmdir()
+    return removed
+
+
 @runtime_checkable
 class ArtifactLogger(Protocol):
     """A logger that keeps files of a run as one versioned artifact (W&B artifacts)."""
@@ -61,6 +90,8 @@ class WandbRunLogger(WandbLogger):
     @override
     @rank_zero_experiment
     def experiment(self) -> Any:
+        if not Path(self.save_dir).exists():
+            RUN_DIRS_MADE.append(Path(self.save_dir))
         Path(self.save_dir).mkdir(parents=True, exist_ok=True)
         return super().experiment
 

@@ -20,8 +20,10 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(argv)
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    return line
+    # Lightning's own start-up lines may come first; the error is one line, the last
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith(f"dpot {argv[0]}: error: ") and "Traceback" not in lines
+    return lines[-1]
 
 
 def test_version_and_the_fit_help_with_its_methods_from_a_cache(tmp_path, monkeypatch, capsys):
@@ -104,3 +106,18 @@ def test_a_checkpoint_of_another_method_is_refused_naming_it():
     other = DPSinkhorn(ConditionalDCGANGenerator(10, image_size=8, hidden_channels=(8, 8, 8)))
     with pytest.raises(ValueError, match="written by DPMERF, not DPSinkhorn"):
         other.on_load_checkpoint(checkpoint)
+
+
+def test_a_run_refused_after_its_logger_started_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DPOT_LEDGER_DIR", str(tmp_path / "ledger"))
+    (tmp_path / "t.csv").write_text("id,x\n1,0.5\n")
+    (tmp_path / "schema.yaml").write_text("columns:\n  x: {low: 0, high: 1}\n")
+    config = REPO / "configs" / "your_data" / "table_dp_merf.yaml"
+    source = "--data.init_args.source.init_args"
+    line = _one_line_error(
+        capsys,
+        ["fit", "--config", str(config), f"{source}.path=t.csv", f"{source}.schema=schema.yaml"],
+    )
+    assert "column 'id' of 't.csv' has no declared bounds" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["schema.yaml", "t.csv"]
