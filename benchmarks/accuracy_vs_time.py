@@ -41,9 +41,9 @@ def checkpoints(run: Path) -> list[tuple[int, Path]]:
 def evaluate(checkpoint: Path, num_samples: int, mode: str) -> dict:
     """``dpot evaluate`` of one checkpoint (utility only); its JSON."""
     command = [
-        sys.executable, "-m", "lightning_dpot.cli", "evaluate", "--ckpt", str(checkpoint),
-        "--metrics", "utility", "--utility-mode", mode, "--num-samples", str(num_samples),
-        "--no-report", "--no-progress",
+        sys.executable, "-m", "lightning_dpot.cli", "evaluate", "--ckpt_path", str(checkpoint),
+        "--metrics", "utility", "--utility_mode", mode, "--num_samples", str(num_samples),
+        "--no_report", "--no_progress",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -75,8 +75,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="run directory (config.yaml, checkpoints/)")
     parser.add_argument("--out", required=True, help="folder for the JSON, table and plot")
-    parser.add_argument("--num-samples", type=int, default=4000)
-    parser.add_argument("--utility-mode", choices=("quick", "full"), default="quick")
+    parser.add_argument("--num_samples", type=int, default=4000)
+    parser.add_argument("--utility_mode", choices=("quick", "full"), default="quick")
     parser.add_argument(
         "--stride", type=int, default=1, help="score every STRIDE-th checkpoint and the last"
     )

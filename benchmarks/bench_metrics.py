@@ -79,10 +79,10 @@ def random_inception_weights(folder: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    parser.add_argument("--num-samples", type=int, default=10_000)
+    parser.add_argument("--num_samples", type=int, default=10_000)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--w2-subsample", type=int, default=200)
-    parser.add_argument("--w2-repeats", type=int, default=10)
+    parser.add_argument("--w2_subsample", type=int, default=200)
+    parser.add_argument("--w2_repeats", type=int, default=10)
     parser.add_argument("--classifier-epochs", type=int, default=5)
     parser.add_argument("--inception-batch", type=int, default=16)
     parser.add_argument("--full-mlp", action=argparse.BooleanOptionalAction, default=True)

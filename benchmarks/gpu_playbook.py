@@ -435,7 +435,7 @@ class Playbook:
         return suite if weights is None else with_inception_weights(suite, weights)
 
     def frechet_key(self) -> str:
-        """``fid`` with ``--feature-extractor-weights-path`` (Inception), else ``fd_classifier``."""
+        """``fid`` with ``--feature_extractor_weights_path`` (Inception), else ``fd_classifier``."""
         return "fd_classifier" if self.args.feature_extractor_weights_path is None else "fid"
 
     # -- one run ---------------------------------------------------------------------------------
@@ -1136,7 +1136,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="small models and batches: a CPU check of the whole path, numbers meaningless",
     )  # fmt: skip
     parser.add_argument(
-        "--feature-extractor-weights-path", default=None,
+        "--feature_extractor_weights_path", default=None,
         help="local InceptionV3 FID weights (docs/evaluation.md): FID beside the published FIDs "
         "instead of the classifier FD",
     )  # fmt: skip
@@ -1241,7 +1241,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         try:  # the FID network is built once now, not after the first run has trained
             path = check_inception_weights(args.feature_extractor_weights_path)
         except (FileNotFoundError, ModuleNotFoundError, ValueError) as error:
-            parser.error(f"--feature-extractor-weights-path: {error}")
+            parser.error(f"--feature_extractor_weights_path: {error}")
         args.feature_extractor_weights_path = path
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"

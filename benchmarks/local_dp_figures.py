@@ -20,10 +20,10 @@ release is drawn from the public seed ``--release-seed`` (the report then says
 reproduced; a real release leaves the seed out. A panel whose fit finished with the same command
 line before (``<runs-dir>/<config>.json``) is not fitted again.
 
-**Score.** From each run's checkpoint, ``--num-samples`` samples drawn with ``--seed``:
+**Score.** From each run's checkpoint, ``--num_samples`` samples drawn with ``--seed``:
 
 - the classifier Fréchet distance to the raw held-out test split (``dpot evaluate --metrics fid
-  --feature-extractor classifier``: features of a classifier trained on that split; it is *not*
+  --feature_extractor classifier``: features of a classifier trained on that split; it is *not*
   FID, and the paper's FIDs are listed beside it, not compared with it);
 - the mean ℓ2 distance to the nearest held-out image, its label diversity and the coverage
   (``benchmarks/nearest_heldout.py``), with the same numbers for the privatized release (raw and
@@ -180,19 +180,19 @@ def classifier_fd(ckpt: Path, args: argparse.Namespace) -> float:
     parser = build_parser(argparse.ArgumentParser())
     options = parser.parse_args(
         [
-            "--ckpt",
+            "--ckpt_path",
             str(ckpt),
             "--metrics",
             "fid",
-            "--feature-extractor",
+            "--feature_extractor",
             "classifier",
-            "--num-samples",
+            "--num_samples",
             str(args.num_samples),
             "--seed",
             str(args.seed),
             "--device",
             {"gpu": "cuda"}.get(args.device, args.device),
-            "--no-progress",
+            "--no_progress",
         ]
     )
     return float(evaluate(options)["results"]["fd_classifier"]["fd_classifier"])
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict:
         help="a config override given to every fit, e.g. trainer.max_steps=500 (repeatable)",
     )
     parser.add_argument("--release-seed", type=int, default=0, help="public seed of the release")
-    parser.add_argument("--num-samples", type=int, default=2000, help="samples scored per panel")
+    parser.add_argument("--num_samples", type=int, default=2000, help="samples scored per panel")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample draws")
     args = parser.parse_args(argv)
     if args.parallel < 1 or args.threads < 1:

@@ -9,20 +9,22 @@ and the training runs of ``lightning_dpot.training``.
 * ``dpot privatize --config FILE --output PATH`` — make a local-DP release from the ``data``
   section of a config, for a trainer that must never see raw data.
 * ``dpot account ...`` — privacy calculators (``dpot account --help``).
-* ``dpot sample --ckpt PATH --num N --output FILE [--format pt|npz|png-dir] [--grid PNG]`` —
-  samples from a checkpoint (with labels for a class-conditional generator).
-* ``dpot evaluate --ckpt PATH --metrics fid,utility,w2 [--num-samples N]`` — evaluation
+* ``dpot sample --ckpt_path PATH --num_samples N --output FILE [--format pt|npz|png-dir|csv]
+  [--grid PNG]`` — samples from a checkpoint (with labels for a class-conditional generator).
+* ``dpot evaluate --ckpt_path PATH --metrics fid,utility,w2 [--num_samples N]`` — evaluation
   metrics of a checkpoint (JSON, appended to the run's report.json).
-* ``dpot export RUN_DIR [--ckpt PATH] [--output FILE]`` — the run's generator as one TorchScript
-  file that samples with plain torch, its privacy report embedded (``dpot fit`` writes it too,
-  as ``generator.pt``).
+* ``dpot export RUN_DIR [--ckpt_path PATH] [--output FILE]`` — the run's generator as one
+  TorchScript file that samples with plain torch, its privacy report embedded (``dpot fit``
+  writes it too, as ``generator.pt``).
 * ``dpot report RUN_DIR`` — a run's summary (method, data, ε/δ, metrics, files; ``--all``: its
-  report.json as a table; ``--ckpt CKPT``: the releases of a checkpoint).
+  report.json as a table; ``--ckpt_path CKPT``: the releases of a checkpoint).
 * ``dpot compare --config configs/compare/SUITE.yaml`` — methods × ε × seeds on one data set
   with one evaluator set: comparison.json, a table grouped by privacy notion, plots.
 
-A bad value ends any command with one line, ``dpot <command>: error: <message>``, naming the
-parameter and the accepted range; ``DPOT_DEBUG=1`` shows the full traceback instead. Each
+Flags are spelled as Lightning's (``--ckpt_path``, ``--num_samples``) in every command; an earlier
+spelling (``--ckpt``, ``--num-samples``) is refused naming the new one. A bad value ends any
+command with one line, ``dpot <command>: error: <message>``, naming the parameter and the
+accepted range; ``DPOT_DEBUG=1`` shows the full traceback instead. Each
 command's module is imported only when it runs.
 """
 

@@ -299,7 +299,7 @@ CASES = {
         lambda tmp: load_model(str(tmp / "none.ckpt")),
         FileNotFoundError, r"ckpt='.*none\.ckpt': no such checkpoint file",
     ),
-    "dpot sample --num 0": (
+    "dpot sample --num_samples 0": (
         lambda tmp: sample.run(
             argparse.Namespace(num=0, batch_size=1, grid_size=1, output=None, grid=None)
         ),

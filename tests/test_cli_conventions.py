@@ -121,3 +121,22 @@ def test_a_run_refused_after_its_logger_started_leaves_no_folder(tmp_path, monke
     )
     assert "column 'id' of 't.csv' has no declared bounds" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["schema.yaml", "t.csv"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "new"),
+    [
+        (["sample", "--ckpt", "x.ckpt", "--num_samples", "2"], "--ckpt_path"),
+        (["sample", "--ckpt_path", "x.ckpt", "--num", "2"], "--num_samples"),
+        (["evaluate", "--ckpt", "x.ckpt"], "--ckpt_path"),
+        (["evaluate", "--ckpt_path", "x.ckpt", "--num-samples", "9"], "--num_samples"),
+        (["export", "run", "--ckpt", "x.ckpt"], "--ckpt_path"),
+        (["report", "--ckpt", "x.ckpt"], "--ckpt_path"),
+        (["account", "sgm", "--sample-rate", "0.1", "--delta", "1e-5"], "--sample_rate"),
+    ],
+)
+def test_every_command_spells_flags_as_lightning_and_names_the_new_flag(argv, new, capsys):
+    old = next(a for a in argv[1:] if a.startswith("--") and a not in (new,) and "_" not in a)
+    assert _one_line_error(capsys, argv).endswith(
+        f"error: {old} was renamed to {new}  (DPOT_DEBUG=1 for the traceback)"
+    )

@@ -373,7 +373,7 @@ def test_with_inception_weights_a_suite_sets_fid_beside_the_published_fid(
     missing = tmp_path / "missing.pth"
     with pytest.raises(SystemExit):
         main(["compare", "--config", str(path), "--output", str(out),
-              "--feature-extractor-weights-path", str(missing)])  # fmt: skip
+              "--feature_extractor_weights_path", str(missing)])  # fmt: skip
     assert f"feature_extractor_weights_path='{missing}' is not an existing file" in (
         capsys.readouterr().err
     )
@@ -381,7 +381,7 @@ def test_with_inception_weights_a_suite_sets_fid_beside_the_published_fid(
 
     weights = str(stand_in_inception_weights)
     main(["compare", "--config", str(path), "--output", str(out),
-          "--feature-extractor-weights-path", weights])  # fmt: skip
+          "--feature_extractor_weights_path", weights])  # fmt: skip
     (cell,) = json.loads((out / "comparison.json").read_text())["cells"]
     assert "fd_classifier" not in cell["metrics"] and cell["metrics"]["fid"] > 0
     table = (out / "comparison.md").read_text()
@@ -392,7 +392,7 @@ def test_with_inception_weights_a_suite_sets_fid_beside_the_published_fid(
     moved.write_bytes(Path(weights).read_bytes())
     capsys.readouterr()
     main(["compare", "--config", str(path), "--output", str(out),
-          "--feature-extractor-weights-path", str(moved)])  # fmt: skip
+          "--feature_extractor_weights_path", str(moved)])  # fmt: skip
     assert json.loads(capsys.readouterr().out)["resumed_finished_cells"] == 1
 
 

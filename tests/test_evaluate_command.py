@@ -43,7 +43,7 @@ TINY_RUN = dcgan_run(
     seed=0,
 )
 
-SMALL = ["--num-samples", "300", "--w2-subsample", "50", "--w2-repeats", "3"]
+SMALL = ["--num_samples", "300", "--w2_subsample", "50", "--w2_repeats", "3"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -81,8 +81,8 @@ def test_callbacks_from_the_yaml_config_write_their_report_sections(fitted_run) 
 def test_evaluate_prints_json_and_appends_to_the_run_report(fitted_run, capsys) -> None:
     ckpt, root = fitted_run
     classifier = root / "feature_classifier.pt"
-    argv = ["evaluate", "--ckpt", str(ckpt), "--metrics", "fid,utility,w2", *SMALL]
-    argv += ["--feature-extractor", "classifier", "--classifier-path", str(classifier)]
+    argv = ["evaluate", "--ckpt_path", str(ckpt), "--metrics", "fid,utility,w2", *SMALL]
+    argv += ["--feature_extractor", "classifier", "--classifier_path", str(classifier)]
     main(argv)
     captured = capsys.readouterr()
     record = json.loads(captured.out)
@@ -97,7 +97,7 @@ def test_evaluate_prints_json_and_appends_to_the_run_report(fitted_run, capsys) 
     report_path = ckpt.parents[1] / "report.json"
     assert record["report"] == str(report_path)
 
-    main(["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", *SMALL])
+    main(["evaluate", "--ckpt_path", str(ckpt), "--metrics", "w2", *SMALL])
     evaluations = json.loads(report_path.read_text())["evaluate"]
     assert [list(e["results"]) for e in evaluations] == [["fd_classifier", "utility", "w2"], ["w2"]]
     assert evaluations[1]["results"]["w2"] == pytest.approx(results["w2"])  # seeded
@@ -110,8 +110,8 @@ def test_inception_fid_offline_without_weights_names_the_parameter_and_file(
     missing = tmp_path / INCEPTION_WEIGHTS_FILENAME
     with pytest.raises(SystemExit):
         main(
-            ["evaluate", "--ckpt", str(ckpt), "--metrics", "fid", "--feature-extractor"]
-            + ["inception", "--feature-extractor-weights-path", str(missing)]
+            ["evaluate", "--ckpt_path", str(ckpt), "--metrics", "fid", "--feature_extractor"]
+            + ["inception", "--feature_extractor_weights_path", str(missing)]
         )
     err = capsys.readouterr().err
     assert "feature_extractor_weights_path" in err and str(missing) in err
@@ -121,14 +121,14 @@ def test_reference_rows_raw_training_data_and_the_privatized_release(fitted_run,
     ckpt, root = fitted_run
     config = ckpt.parents[1] / "config.yaml"
     main(
-        ["evaluate", "--samples", "raw-train", "--data-config", str(config), "--metrics"]
-        + ["utility,w2", "--utility-mode", "quick", "--no-report", *SMALL]
+        ["evaluate", "--samples", "raw-train", "--data_config", str(config), "--metrics"]
+        + ["utility,w2", "--utility_mode", "quick", "--no_report", *SMALL]
     )
     raw = json.loads(capsys.readouterr().out)["results"]
     assert raw["utility"]["logreg"] > 0.85 and raw["utility"]["mode"] == "quick"
     main(
-        ["evaluate", "--samples", "privatized", "--data-config", str(config), "--metrics"]
-        + ["utility,w2", "--no-report", *SMALL]
+        ["evaluate", "--samples", "privatized", "--data_config", str(config), "--metrics"]
+        + ["utility,w2", "--no_report", *SMALL]
     )
     private = json.loads(capsys.readouterr().out)["results"]
     assert "skipped" in private["utility"]  # no labels are released
@@ -147,7 +147,7 @@ def test_progress_bar_is_drawn_on_a_terminal_stderr_and_stdout_stays_json(
     fitted_run, capsys, monkeypatch
 ) -> None:
     ckpt, _ = fitted_run
-    argv = ["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", "--no-report", *SMALL]
+    argv = ["evaluate", "--ckpt_path", str(ckpt), "--metrics", "w2", "--no_report", *SMALL]
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     main(argv)
@@ -158,14 +158,14 @@ def test_progress_bar_is_drawn_on_a_terminal_stderr_and_stdout_stays_json(
 
     quiet = _Terminal()
     monkeypatch.setattr(sys, "stderr", quiet)
-    main([*argv, "--no-progress"])
+    main([*argv, "--no_progress"])
     assert json.loads(capsys.readouterr().out)["results"]["w2"]["w2"] > 0
     assert quiet.getvalue() == ""
 
 
 def test_no_progress_bar_without_a_terminal(fitted_run, capsys) -> None:
     ckpt, _ = fitted_run
-    main(["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", "--no-report", *SMALL])
+    main(["evaluate", "--ckpt_path", str(ckpt), "--metrics", "w2", "--no_report", *SMALL])
     captured = capsys.readouterr()
     assert json.loads(captured.out)["results"]["w2"]["w2"] > 0
     assert "dpot evaluate" not in captured.err

@@ -431,13 +431,23 @@ def test_a_dp_merf_run_loads_for_sampling_evaluation_and_export(tmp_path, capsys
     (tmp_path / "merf").mkdir()
     run_dir = _fit(config, tmp_path / "merf")
     ckpt = find_checkpoint(run_dir)
-    main(["sample", "--ckpt", str(ckpt), "--num", "6", "--output", str(tmp_path / "s.pt")])
+    main(
+        [
+            "sample",
+            "--ckpt_path",
+            str(ckpt),
+            "--num_samples",
+            "6",
+            "--output",
+            str(tmp_path / "s.pt"),
+        ]
+    )
     assert torch.load(tmp_path / "s.pt", weights_only=True).shape == (6, 1, 8, 8)
     main(["export", str(run_dir), "--output", str(tmp_path / "g.pt")])
     assert read_embedded_report(tmp_path / "g.pt")["privacy"]["releases"] == 1
     capsys.readouterr()
-    main(["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", "--num-samples", "20",
-          "--no-report", "--no-progress"])  # fmt: skip
+    main(["evaluate", "--ckpt_path", str(ckpt), "--metrics", "w2", "--num_samples", "20",
+          "--no_report", "--no_progress"])  # fmt: skip
     assert json.loads(capsys.readouterr().out)["results"]["w2"]
 
 
@@ -457,7 +467,7 @@ def test_a_checkpoint_without_accountant_state_is_reported_from_its_release_obje
     stale = {**report, "privacy": {**report["privacy"], "releases": 1, "epsilon": 0.01}}
     (run_dir / "report.json").write_text(json.dumps(stale))
     ckpt = str(run_dir / "no_accountant.ckpt")
-    main(["export", str(run_dir), "--ckpt", ckpt, "--output", str(tmp_path / "g.pt")])
+    main(["export", str(run_dir), "--ckpt_path", ckpt, "--output", str(tmp_path / "g.pt")])
     capsys.readouterr()
     privacy = read_embedded_report(tmp_path / "g.pt")["privacy"]
     assert privacy["releases"] == 3
@@ -478,8 +488,8 @@ def test_dpot_evaluate_enters_its_raw_held_out_split_and_refuses_released_record
         "init_args": {"split_seed": 1},
     }
     (tmp_path / "other.yaml").write_text(yaml.safe_dump({"data": config["data"]}))
-    arguments = ["evaluate", "--ckpt", str(ckpt), "--metrics", "w2", "--num-samples", "20",
-                 "--no-report", "--no-progress"]  # fmt: skip
+    arguments = ["evaluate", "--ckpt_path", str(ckpt), "--metrics", "w2", "--num_samples", "20",
+                 "--no_report", "--no_progress"]  # fmt: skip
     ledger = PrivacyLedger()
     lines = len(ledger.path.read_text().splitlines())
     main(arguments)  # the run's own held-out split, entered as a public use by the fit
@@ -487,5 +497,5 @@ def test_dpot_evaluate_enters_its_raw_held_out_split_and_refuses_released_record
     assert json.loads(ledger.path.read_text().splitlines()[0])["use"] == "public"
     capsys.readouterr()
     with pytest.raises(SystemExit):
-        main([*arguments, "--data-config", str(tmp_path / "other.yaml")])
+        main([*arguments, "--data_config", str(tmp_path / "other.yaml")])
     assert "were released privately before" in capsys.readouterr().err

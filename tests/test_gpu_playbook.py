@@ -222,8 +222,8 @@ def test_a_failed_run_is_listed_and_a_run_that_no_longer_fits_is_skipped(
         (["--max-steps", "60"], "--max-steps must be >= 2 × --probe-steps = 100"),
         (["--data-dir", "/nonexistent"], "--data-dir='/nonexistent' lacks train-images-idx3"),
         (
-            ["--feature-extractor-weights-path", "/nonexistent/inception.pth"],
-            "--feature-extractor-weights-path: feature_extractor_weights_path="
+            ["--feature_extractor_weights_path", "/nonexistent/inception.pth"],
+            "--feature_extractor_weights_path: feature_extractor_weights_path="
             "'/nonexistent/inception.pth' is not an existing file",
         ),
     ],

@@ -26,7 +26,7 @@ def test_the_panels_of_a_figure_are_fitted_scored_and_reused(tmp_path, digit_idx
     runs, out = tmp_path / "runs", tmp_path / "out"
     argv = [
         "--variant", "cpu_demo", "--figures", "fig14", "--out", str(out),
-        "--runs-dir", str(runs), "--data-dir", str(digit_idx_dir), "--num-samples", "32",
+        "--runs-dir", str(runs), "--data-dir", str(digit_idx_dir), "--num_samples", "32",
         "--set", "trainer.max_steps=2",
         "--set", "data.init_args.source.init_args.limit=300",
         "--set", f"data.init_args.cache_dir={tmp_path / 'cache'}",

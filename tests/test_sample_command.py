@@ -45,7 +45,7 @@ def test_sample_writes_a_tensor_file_and_a_grid_from_the_trained_weights(
 ):
     out, grid = tmp_path / "samples.pt", tmp_path / "grid.png"
     main(
-        ["sample", "--ckpt", str(fitted_run), "--num", "10", "--output", str(out)]
+        ["sample", "--ckpt_path", str(fitted_run), "--num_samples", "10", "--output", str(out)]
         + ["--grid", str(grid), "--seed", "0"]
     )
     summary = json.loads(capsys.readouterr().out)
@@ -78,7 +78,7 @@ def test_grid_only_and_explicit_config(fitted_run, tmp_path):
     grid = tmp_path / "only.png"
     config = find_run_config(fitted_run)
     main(
-        ["sample", "--ckpt", str(fitted_run), "--num", "4", "--grid", str(grid)]
+        ["sample", "--ckpt_path", str(fitted_run), "--num_samples", "4", "--grid", str(grid)]
         + ["--config", str(config)]
     )
     assert grid.is_file() and not list(tmp_path.glob("*.pt"))
@@ -93,9 +93,12 @@ def test_config_is_found_by_walking_up_from_the_checkpoint(tmp_path):
 
 def test_errors_name_what_is_missing_in_one_line(fitted_run, tmp_path, capsys):
     for args, named in (
-        (["--ckpt", str(tmp_path / "nope.ckpt"), "--num", "2", "--grid", "x.png"], "nope.ckpt"),
-        (["--ckpt", str(fitted_run), "--num", "2"], "--output"),
-        (["--ckpt", str(fitted_run), "--num", "0", "--grid", "x.png"], "num"),
+        (
+            ["--ckpt_path", str(tmp_path / "nope.ckpt"), "--num_samples", "2", "--grid", "x.png"],
+            "nope.ckpt",
+        ),
+        (["--ckpt_path", str(fitted_run), "--num_samples", "2"], "--output"),
+        (["--ckpt_path", str(fitted_run), "--num_samples", "0", "--grid", "x.png"], "num"),
     ):
         with pytest.raises(SystemExit):
             main(["sample", *args])
@@ -182,7 +185,7 @@ def points_run(tmp_path_factory):
 
 def _sample(ckpt, capsys, *args: str) -> dict:
     """``dpot sample`` with seed 0; its JSON summary."""
-    main(["sample", "--ckpt", str(ckpt), "--seed", "0", *args])
+    main(["sample", "--ckpt_path", str(ckpt), "--seed", "0", *args])
     return json.loads(capsys.readouterr().out)
 
 
@@ -195,9 +198,9 @@ def _png_pixels(folder, name: str) -> torch.Tensor:
 
 
 def test_npz_and_png_dir_hold_the_draw_of_the_tensor_file(fitted_run, tmp_path, capsys):
-    _sample(fitted_run, capsys, "--num", "5", "--output", str(tmp_path / "s.pt"))
+    _sample(fitted_run, capsys, "--num_samples", "5", "--output", str(tmp_path / "s.pt"))
     for fmt, output in (("npz", "s.npz"), ("png-dir", "png")):
-        args = ["--num", "5", "--format", fmt, "--output", str(tmp_path / output)]
+        args = ["--num_samples", "5", "--format", fmt, "--output", str(tmp_path / output)]
         summary = _sample(fitted_run, capsys, *args)
         assert summary["format"] == fmt and summary["labels"] is False
     samples = torch.load(tmp_path / "s.pt", weights_only=True)
@@ -215,7 +218,7 @@ def test_npz_and_png_dir_hold_the_draw_of_the_tensor_file(fitted_run, tmp_path, 
 def test_a_conditional_generator_writes_its_labels(conditional_run, tmp_path, capsys):
     npz, folder = tmp_path / "s.npz", tmp_path / "png"
     for fmt, output in (("npz", npz), ("png-dir", folder)):
-        args = ["--num", "12", "--format", fmt, "--output", str(output)]
+        args = ["--num_samples", "12", "--format", fmt, "--output", str(output)]
         assert _sample(conditional_run, capsys, *args)["labels"] is True
     arrays = np.load(npz)
     assert arrays["samples"].shape == (12, 1, 8, 8) and arrays["labels"].shape == (12,)
@@ -233,10 +236,12 @@ def test_png_dir_is_refused_for_points_and_for_a_folder_in_use(
     points_run, fitted_run, tmp_path, capsys
 ):
     npz, folder = tmp_path / "s.npz", tmp_path / "png"
-    _sample(points_run, capsys, "--num", "4", "--format", "npz", "--output", str(npz))
+    _sample(points_run, capsys, "--num_samples", "4", "--format", "npz", "--output", str(npz))
     assert np.load(npz)["samples"].shape == (4, 2)
     with pytest.raises(SystemExit):
-        _sample(points_run, capsys, "--num", "4", "--format", "png-dir", "--output", str(folder))
+        _sample(
+            points_run, capsys, "--num_samples", "4", "--format", "png-dir", "--output", str(folder)
+        )
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--format png-dir" in err and "records of shape (2,)" in err
     assert "accepted --format for this model: pt, npz  (DPOT_DEBUG" in err
@@ -245,7 +250,9 @@ def test_png_dir_is_refused_for_points_and_for_a_folder_in_use(
     used.mkdir()
     (used / "keep.txt").write_text("")
     with pytest.raises(SystemExit):
-        _sample(fitted_run, capsys, "--num", "2", "--format", "png-dir", "--output", str(used))
+        _sample(
+            fitted_run, capsys, "--num_samples", "2", "--format", "png-dir", "--output", str(used)
+        )
     assert "is not an empty folder" in capsys.readouterr().err
     assert [p.name for p in used.iterdir()] == ["keep.txt"]
 
@@ -254,7 +261,15 @@ def test_a_checkpoint_sampled_with_another_runs_config_is_refused_in_one_line(
     fitted_run, tmp_path, capsys
 ):
     other = REPO / "configs" / "dp_merf" / "fashion_mnist_eps10.yaml"
-    argv = ["sample", "--ckpt", str(fitted_run), "--num", "2", "--output", str(tmp_path / "x.pt")]
+    argv = [
+        "sample",
+        "--ckpt_path",
+        str(fitted_run),
+        "--num_samples",
+        "2",
+        "--output",
+        str(tmp_path / "x.pt"),
+    ]
     with pytest.raises(SystemExit):
         main([*argv, "--config", str(other)])
     (line,) = capsys.readouterr().err.strip().splitlines()

@@ -22,7 +22,7 @@ from lightning_dpot.data import PrivateLatentDataModule
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "dpswflow"
 QUIET = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
-W2_ARGS = ["--metrics", "w2", "--num-samples", "16", "--w2-subsample", "8", "--w2-repeats", "2"]
+W2_ARGS = ["--metrics", "w2", "--num_samples", "16", "--w2_subsample", "8", "--w2_repeats", "2"]
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def _toy_config(cls: str) -> dict[str, Any]:
 
 
 def _sample(ckpt: Path, num: int, out: Path, capsys) -> torch.Tensor:
-    main(["sample", "--ckpt", str(ckpt), "--num", str(num), "--output", str(out)])
+    main(["sample", "--ckpt_path", str(ckpt), "--num_samples", str(num), "--output", str(out)])
     summary = json.loads(capsys.readouterr().out)
     samples = torch.load(out, weights_only=True)
     assert summary["shape"] == list(samples.shape)
@@ -79,7 +79,7 @@ def _sample(ckpt: Path, num: int, out: Path, capsys) -> torch.Tensor:
 
 
 def _evaluate_w2(ckpt: Path, capsys) -> dict[str, Any]:
-    main(["evaluate", "--ckpt", str(ckpt), *W2_ARGS, "--device", "cpu"])
+    main(["evaluate", "--ckpt_path", str(ckpt), *W2_ARGS, "--device", "cpu"])
     record = json.loads(capsys.readouterr().out)
     w2 = record["results"]["w2"]
     assert w2["w2"] >= 0.0 and torch.isfinite(torch.tensor(w2["w2"]))
@@ -114,7 +114,17 @@ def test_toy_flow_checkpoint_samples_and_evaluates_without_a_new_release(
             saved = state["state_dict"][name]
             torch.testing.assert_close(getattr(model, name), saved, rtol=0, atol=0)
     with pytest.raises(SystemExit):  # a flow holds num_particles samples, no more
-        main(["sample", "--ckpt", str(ckpt), "--num", "41", "--output", str(tmp_path / "x.pt")])
+        main(
+            [
+                "sample",
+                "--ckpt_path",
+                str(ckpt),
+                "--num_samples",
+                "41",
+                "--output",
+                str(tmp_path / "x.pt"),
+            ]
+        )
     assert "particles" in capsys.readouterr().err
 
 

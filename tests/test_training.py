@@ -88,7 +88,7 @@ def test_a_run_resumes_from_its_checkpoint_and_samples_from_it(fitted, tmp_path,
     assert json.loads((resumed / "report.json").read_text())["global_step"] == 5
     assert (resumed / "checkpoints/epoch=0-step=5.ckpt").is_file()
     out = tmp_path / "samples.pt"
-    main(["sample", "--ckpt", str(ckpt), "--num", "7", "--output", str(out)])
+    main(["sample", "--ckpt_path", str(ckpt), "--num_samples", "7", "--output", str(out)])
     assert torch.load(out, weights_only=True).shape == (7, 2)
 
 

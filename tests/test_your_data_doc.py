@@ -92,8 +92,8 @@ def test_a_table_goes_from_csv_to_private_samples_a_leakage_check_and_an_export(
     source = Table("patients.csv", schema="patients_schema.yaml", drop=["id"], test_fraction=0.2)
     torch.save(source.load().train, tmp_path / "copies.pt")
     capsys.readouterr()
-    main(["evaluate", "--samples", "copies.pt", "--data-config", str(run / "config.yaml"),
-          "--metrics", "leakage", "--num-samples", "2000", "--no-report"])  # fmt: skip
+    main(["evaluate", "--samples", "copies.pt", "--data_config", str(run / "config.yaml"),
+          "--metrics", "leakage", "--num_samples", "2000", "--no_report"])  # fmt: skip
     copies = json.loads(capsys.readouterr().out)["results"]["leakage"]
     assert copies["closer_to_train"] == 1.0 and copies["mia_auc"] > 0.95
     baseline = leakage["closer_to_train_if_independent"]

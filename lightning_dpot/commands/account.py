@@ -10,6 +10,8 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 
+from lightning_dpot.commands.flags import refuse_old_spellings
+
 
 def _print_json(result: dict) -> None:
     print(json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False))
@@ -163,8 +165,8 @@ def _add_wdp_sgm(sub: argparse._SubParsersAction) -> None:
         help="generalized WDP (μ, ε) of T Poisson-subsampled Gaussian steps (the Wasserstein "
         "accountant of Yang et al. 2024, worst-case Δ); δ is WDP's failure probability, not DP's δ",
     )
-    p.add_argument("--noise-multiplier", type=float, required=True, help="σ / Δ")
-    p.add_argument("--sample-rate", type=float, required=True, help="Poisson rate q in (0, 1]")
+    p.add_argument("--noise_multiplier", type=float, required=True, help="σ / Δ")
+    p.add_argument("--sample_rate", type=float, required=True, help="Poisson rate q in (0, 1]")
     p.add_argument("--steps", type=int, required=True, help="number of steps T")
     p.add_argument("--sensitivity", type=float, required=True, help="ℓ2 sensitivity Δ (clip norm)")
     p.add_argument("--order", type=float, required=True, help="Wasserstein order μ >= 1")
@@ -198,8 +200,8 @@ def _sgm(args: argparse.Namespace) -> dict:
         result["tolerance"] = args.tolerance
     elif sigma is None or steps is None:
         raise ValueError(
-            "give --noise-multiplier and --steps (ε), --noise-multiplier and --target-epsilon "
-            "(largest steps), or --steps and --target-epsilon (smallest noise multiplier)"
+            "give --noise_multiplier and --steps (ε), --noise_multiplier and --target_epsilon "
+            "(largest steps), or --steps and --target_epsilon (smallest noise multiplier)"
         )
     result.update(noise_multiplier=sigma, steps=steps)
     for name in ("rdp", "pld"):
@@ -217,20 +219,20 @@ def _add_sgm(sub: argparse._SubParsersAction) -> None:
         help="(ε, δ)-DP (add/remove one record) of T Poisson-subsampled Gaussian steps "
         "(DP-SGD, DP-Sinkhorn) under RDP and PLD; or the largest T / smallest σ for a target ε",
     )
-    p.add_argument("--noise-multiplier", type=float, help="σ = noise std / ℓ2 sensitivity")
-    p.add_argument("--sample-rate", type=float, required=True, help="Poisson rate q in (0, 1]")
+    p.add_argument("--noise_multiplier", type=float, help="σ = noise std / ℓ2 sensitivity")
+    p.add_argument("--sample_rate", type=float, required=True, help="Poisson rate q in (0, 1]")
     p.add_argument("--steps", type=int, help="number of steps T")
     p.add_argument("--delta", type=float, required=True, help="δ in (0, 1)")
     p.add_argument(
-        "--target-epsilon",
+        "--target_epsilon",
         type=float,
-        help="with --noise-multiplier: largest T within it; with --steps: smallest σ",
+        help="with --noise_multiplier: largest T within it; with --steps: smallest σ",
     )
     p.add_argument(
         "--accountant",
         choices=["rdp", "pld"],
         default="rdp",
-        help="accountant for the --target-epsilon searches (default: rdp)",
+        help="accountant for the --target_epsilon searches (default: rdp)",
     )
     p.add_argument(
         "--tolerance", type=float, default=1e-3, help="absolute tolerance of the σ search"
@@ -248,6 +250,8 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="account_command", required=True, metavar="GUARANTEE")
     for add in _SUBCOMMANDS:
         add(sub)
+    for subparser in sub.choices.values():
+        refuse_old_spellings(subparser, {})
     return parser
 
 

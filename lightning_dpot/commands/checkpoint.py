@@ -73,13 +73,13 @@ def find_checkpoint(run_dir: str | Path) -> Path:
     if not found:
         raise FileNotFoundError(
             f"run_dir={str(run_dir)!r} holds no checkpoint (*.ckpt); was the run fitted with "
-            "checkpointing on? Give one with --ckpt"
+            "checkpointing on? Give one with --ckpt_path"
         )
     runs = {_run_config_or_none(path) for path in found}
     if len(runs) > 1:
         raise ValueError(
             f"run_dir={str(run_dir)!r} holds the checkpoints of {len(runs)} runs; give one "
-            "run's directory, or a checkpoint with --ckpt"
+            "run's directory, or a checkpoint with --ckpt_path"
         )
     last = [path for path in found if path.name == "last.ckpt"]
     return max(last or found, key=lambda path: path.stat().st_mtime)

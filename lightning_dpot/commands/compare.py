@@ -1,7 +1,7 @@
 """``dpot compare``: every method of a suite on the same data at equal target privacy.
 
     dpot compare --config configs/compare/two_d.yaml [--output DIR]
-        [--feature-extractor-weights-path weights-inception-2015-12-05-6726825d.pth]
+        [--feature_extractor_weights_path weights-inception-2015-12-05-6726825d.pth]
 
 Runs the suite's grid (methods × sources × ε × seeds; ``lightning_dpot.compare.suite``),
 one ``dpot fit`` per cell with one evaluator set (``lightning_dpot.compare.runner``), and
@@ -14,7 +14,7 @@ writes to ``DIR`` (default ``runs/compare/<suite name>``):
   ``plots/<source>_samples.png`` (samples side by side at each ε).
 
 Rerunning the command resumes: finished cells are read back, not redone. With
-``--feature-extractor-weights-path`` the suite's Fréchet distance is FID on InceptionV3 features
+``--feature_extractor_weights_path`` the suite's Fréchet distance is FID on InceptionV3 features
 from that local file (docs/evaluation.md says how to get it), never the classifier FD, and its
 rows sit beside the published FIDs; the evaluation is part of every cell's fingerprint, so such a
 run goes to its own ``--output``.
@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from lightning_dpot.commands.flags import refuse_old_spellings
+
 DESCRIPTION = "every method of a suite on the same data at equal privacy: table, plots, JSON"
 
 
@@ -35,9 +37,10 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True, help="suite file (configs/compare/*.yaml)")
     parser.add_argument("--output", help="run directory (default runs/compare/<suite name>)")
     parser.add_argument(
-        "--feature-extractor-weights-path",
+        "--feature_extractor_weights_path",
         help="local InceptionV3 FID weights: the Fréchet distance becomes FID (docs/evaluation.md)",
     )
+    refuse_old_spellings(parser, {})
     return parser
 
 

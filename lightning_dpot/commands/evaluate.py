@@ -1,30 +1,30 @@
 """``dpot evaluate``: FID / classifier FD, downstream utility, W₂ and leakage of a trained run.
 
-    dpot evaluate --ckpt RUN/checkpoints/CKPT --metrics fid,utility,w2 [--num-samples N]
-        [--feature-extractor inception|classifier] [--feature-extractor-weights-path P]
-        [--classifier-path P] [--data-config YAML]
+    dpot evaluate --ckpt_path RUN/checkpoints/CKPT --metrics fid,utility,w2 [--num_samples N]
+        [--feature_extractor inception|classifier] [--feature_extractor_weights_path P]
+        [--classifier_path P] [--data_config YAML]
 
 The model is rebuilt from the run's ``config.yaml`` with
 ``lightning_dpot.commands.checkpoint.load_model`` (the loader ``dpot sample`` uses; particle
 flows get their particles and release back from the checkpoint and their decoder through
 ``attach_datamodule``, without any mechanism call), and the
-reference data are the **raw held-out split** of the run's data section (or ``--data-config``),
+reference data are the **raw held-out split** of the run's data section (or ``--data_config``),
 read from its ``source`` without privatizing anything. N samples are drawn once through
 ``Generative`` (labelled when the method is class-conditional)
 and shared by all metrics.
 The result is printed as JSON on stdout and appended to the list ``"evaluate"`` of the run's
-``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no-report`` skips). A
+``report.json`` (next to ``config.yaml``; ``--report`` overrides, ``--no_report`` skips). A
 progress bar over the stages (sampling, then each metric) is drawn on stderr when it is a
-terminal, unless ``--no-progress``; stdout carries the JSON only.
+terminal, unless ``--no_progress``; stdout carries the JSON only.
 
-Reference rows use ``--samples`` instead of ``--ckpt`` (``--data-config`` required):
+Reference rows use ``--samples`` instead of ``--ckpt_path`` (``--data_config`` required):
 ``raw-train`` (the raw training split with its labels: the real-data row), ``privatized`` (the
 LDP release the run trains on, mapped back to records; no labels are released) or a tensor file
 (``torch.save`` of ``(N, ...)`` or of a dict with ``x`` and optionally ``y``).
 
 Metrics are the evaluators of ``lightning_dpot.metrics.evaluators`` (the objects the
 evaluation callbacks use; formulas there): ``fid`` is FID only with
-``--feature-extractor inception`` (standard InceptionV3 weights); with ``classifier`` it is the
+``--feature_extractor inception`` (standard InceptionV3 weights); with ``classifier`` it is the
 classifier-feature Fréchet distance, reported under the key ``fd_classifier``, never as FID.
 
 ``leakage`` (``lightning_dpot.metrics.leakage``) compares the samples with the raw training
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_dpot.checks import check_positive_int
+from lightning_dpot.commands.flags import refuse_old_spellings
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -109,6 +110,7 @@ def reference_samples(datamodule: Any, which: str) -> tuple[Tensor, Tensor | Non
 
 def load_sample_file(path: str | Path) -> tuple[Tensor, Tensor | None]:
     import torch
+    from torch import Tensor
 
     if not Path(path).is_file():
         raise FileNotFoundError(
@@ -162,7 +164,7 @@ def _evaluate(args: argparse.Namespace, selection: MetricSelection | None, bar: 
     metrics = _requested(args)
     num_samples = check_positive_int("num_samples", args.num_samples)
     if (args.ckpt is None) == (args.samples is None):
-        raise ValueError("give exactly one of --ckpt (a trained run) and --samples")
+        raise ValueError("give exactly one of --ckpt_path (a trained run) and --samples")
     device = torch.device(
         args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     )
@@ -184,7 +186,7 @@ def _evaluate(args: argparse.Namespace, selection: MetricSelection | None, bar: 
         record.update(checkpoint=str(args.ckpt), config=str(config_path))
     else:
         if args.data_config is None:
-            raise ValueError("--samples needs --data-config (the YAML whose data section to use)")
+            raise ValueError("--samples needs --data_config (the YAML whose data section to use)")
         data_config = Path(args.data_config)
     record["data_config"] = str(data_config)
     datamodule = load_datamodule(data_config)
@@ -284,10 +286,10 @@ def append_to_report(path: Path, record: dict) -> None:
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--ckpt", help="checkpoint (.ckpt) of a fitted run")
+    parser.add_argument("--ckpt_path", dest="ckpt", help="checkpoint (.ckpt) of a fitted run")
     parser.add_argument(
         "--samples",
-        help="instead of --ckpt: raw-train | privatized | a tensor file (reference rows)",
+        help="instead of --ckpt_path: raw-train | privatized | a tensor file (reference rows)",
     )
     parser.add_argument(
         "--metrics",
@@ -295,36 +297,37 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="comma list of fid (= frechet), utility, w2, manifold, leakage (reads the raw "
         "training records: printed, not for release, never written to report.json)",
     )
-    parser.add_argument("--num-samples", type=int, default=60_000, help="generated samples N")
+    parser.add_argument("--num_samples", type=int, default=60_000, help="generated samples N")
     parser.add_argument(
-        "--feature-extractor",
+        "--feature_extractor",
         default="inception",
         choices=("inception", "classifier"),
         help="inception (FID, standard weights) or classifier (classifier FD, not FID)",
     )
-    parser.add_argument("--feature-extractor-weights-path", help="local InceptionV3 FID weights")
+    parser.add_argument("--feature_extractor_weights_path", help="local InceptionV3 FID weights")
     parser.add_argument(
-        "--classifier-path",
+        "--classifier_path",
         help="feature classifier file (trained on the held-out split if absent; default "
         "<data cache_dir>/feature_classifier-<split hash>-e5.pt)",
     )
-    parser.add_argument("--data-config", help="YAML with the data section (default: the run's)")
-    parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt)")
+    parser.add_argument("--data_config", help="YAML with the data section (default: the run's)")
+    parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt_path)")
     parser.add_argument(
-        "--utility-mode",
+        "--utility_mode",
         default="full",
         choices=("full", "quick"),
         help="full (Cao et al. 2021, §D.2) or quick",
     )
-    parser.add_argument("--w2-subsample", type=int, default=200, help="W2 subsample size m")
-    parser.add_argument("--w2-repeats", type=int, default=10, help="W2 repeats R")
+    parser.add_argument("--w2_subsample", type=int, default=200, help="W2 subsample size m")
+    parser.add_argument("--w2_repeats", type=int, default=10, help="W2 repeats R")
     parser.add_argument("--seed", type=int, default=0, help="seed of sampling and metrics")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:index]")
     parser.add_argument("--report", help="report.json to append to (default: the run's)")
-    parser.add_argument("--no-report", action="store_true", help="do not write report.json")
+    parser.add_argument("--no_report", action="store_true", help="do not write report.json")
     parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bar on stderr (off without a TTY)"
+        "--no_progress", action="store_true", help="no progress bar on stderr (off without a TTY)"
     )
+    refuse_old_spellings(parser, {"--ckpt": "--ckpt_path"})
     return parser
 
 

@@ -2,7 +2,7 @@
 
 The checkpoint is found below ``RUN_DIR`` at any depth (``<run>/checkpoints/`` and the older
 ``<run>/<project>/<id>/checkpoints/`` alike; the newest ``last.ckpt``, else the newest ``*.ckpt``;
-``--ckpt`` names one), the module is rebuilt from the run's ``config.yaml``
+``--ckpt_path`` names one), the module is rebuilt from the run's ``config.yaml``
 (``lightning_dpot.commands.checkpoint``) and written by
 ``export_generator`` with its privacy report and the run's config
 embedded. For a central-DP run the report is that of the releases the checkpoint holds
@@ -27,19 +27,23 @@ import argparse
 import json
 from pathlib import Path
 
+from lightning_dpot.commands.flags import refuse_old_spellings
+
 DESCRIPTION = "write a run's generator as one TorchScript file that samples with plain torch"
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="directory of a fitted run")
     parser.add_argument(
-        "--ckpt",
+        "--ckpt_path",
+        dest="ckpt",
         help="checkpoint to export (default: below RUN_DIR, the newest last.ckpt if any, else "
         "the newest *.ckpt, e.g. checkpoints/epoch=4-step=2000.ckpt)",
     )
     parser.add_argument(
         "--output", help="file to write (default: generator.pt beside the run's config.yaml)"
     )
+    refuse_old_spellings(parser, {"--ckpt": "--ckpt_path"})
     return parser
 
 

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_dpot.commands.flags import refuse_old_spellings
+
 __all__ = ["checkpoint_report", "flatten", "journal_note", "main", "summary"]
 
 
@@ -89,7 +91,7 @@ def journal_note(report: dict) -> str | None:
     return (
         f"note: the run's release journal {path} holds {held} releases, more than the {stated} "
         "this report states (a later process of the run released after it was written): resume "
-        "the run to report them all; `dpot report --ckpt` states a checkpoint's own releases"
+        "the run to report them all; `dpot report --ckpt_path` states a checkpoint's own releases"
     )
 
 
@@ -197,11 +199,14 @@ def main(argv: Sequence[str]) -> None:
         "--all", action="store_true", help="every entry of report.json, one dotted key per line"
     )
     parser.add_argument(
-        "--ckpt", help="instead: the privacy report of the releases this checkpoint holds"
+        "--ckpt_path",
+        dest="ckpt",
+        help="instead: the privacy report of the releases this checkpoint holds",
     )
+    refuse_old_spellings(parser, {"--ckpt": "--ckpt_path"})
     args = parser.parse_args(argv)
     if (args.run_dir is None) == (args.ckpt is None):
-        raise ValueError("give exactly one of RUN_DIR and --ckpt")
+        raise ValueError("give exactly one of RUN_DIR and --ckpt_path")
     if args.ckpt is not None:
         print(table(checkpoint_report(args.ckpt)))
         return

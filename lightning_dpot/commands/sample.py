@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lightning_dpot.checks import check_positive_int
+from lightning_dpot.commands.flags import refuse_old_spellings
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -50,8 +51,10 @@ FORMATS = ("pt", "npz", "png-dir", "csv")
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--ckpt", required=True, help="checkpoint (.ckpt) of a fitted run")
-    parser.add_argument("--num", type=int, required=True, help="number of samples N")
+    parser.add_argument(
+        "--ckpt_path", dest="ckpt", required=True, help="checkpoint (.ckpt) of a fitted run"
+    )
+    parser.add_argument("--num_samples", dest="num", type=int, required=True, help="samples N")
     parser.add_argument("--output", help="file (pt, npz) or folder (png-dir) to write")
     parser.add_argument(
         "--format",
@@ -60,10 +63,11 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="pt: torch.save of (N, ...); npz: samples (and labels); png-dir: one PNG per "
         "image; csv: rows of the run's table in its columns' units",
     )
-    parser.add_argument("--grid", help="PNG file for a grid of the first --grid-size samples")
-    parser.add_argument("--grid-size", type=int, default=64, help="images in the grid")
-    parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt)")
+    parser.add_argument("--grid", help="PNG file for a grid of the first --grid_size samples")
+    parser.add_argument("--grid_size", type=int, default=64, help="images in the grid")
+    parser.add_argument("--config", help="the run's config.yaml (default: found from --ckpt_path)")
     parser.add_argument("--seed", type=int, help="seed of the draw, for reproducible samples")
+    refuse_old_spellings(parser, {"--ckpt": "--ckpt_path", "--num": "--num_samples"})
     return parser
 
 

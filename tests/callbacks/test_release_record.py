@@ -196,7 +196,7 @@ def test_dpot_report_says_when_the_journal_outgrew_the_report_and_reads_a_checkp
     tmp_path, capsys
 ):
     """A later process of the run released after report.json was written: `dpot report` says
-    so; `dpot report --ckpt` states the releases the checkpoint itself holds."""
+    so; `dpot report --ckpt_path` states the releases the checkpoint itself holds."""
     from lightning_dpot.cli import main
 
     callback = PrivacyAccountantCallback(delta=DELTA)
@@ -211,7 +211,7 @@ def test_dpot_report_says_when_the_journal_outgrew_the_report_and_reads_a_checkp
     main(["report", str(tmp_path)])
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("note: the run's release journal") and "holds 5 releases" in first
-    main(["report", "--ckpt", str(tmp_path / "step4.ckpt")])
+    main(["report", "--ckpt_path", str(tmp_path / "step4.ckpt")])
     rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
     assert rows["privacy.releases"] == "4" and rows["privacy.journal_position"] == "4"
 

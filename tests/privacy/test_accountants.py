@@ -353,7 +353,7 @@ def _account(argv: list[str]) -> dict:
 
 def test_account_sgm_prints_epsilon_under_both_accountants():
     result = _account(
-        ["--noise-multiplier", "1.5", "--sample-rate", str(MNIST_Q), "--steps", "16000"]
+        ["--noise_multiplier", "1.5", "--sample_rate", str(MNIST_Q), "--steps", "16000"]
         + ["--delta", "1e-5"]
     )
     assert result["epsilon_rdp"] == subsampled_gaussian_epsilon(1.5, MNIST_Q, 16_000, 1e-5, "rdp")
@@ -363,8 +363,8 @@ def test_account_sgm_prints_epsilon_under_both_accountants():
 
 
 def test_account_sgm_target_gives_largest_steps_or_smallest_noise():
-    common = ["--sample-rate", str(MNIST_Q), "--delta", "1e-5", "--target-epsilon", "1"]
-    steps = _account([*common, "--noise-multiplier", "1.5"])
+    common = ["--sample_rate", str(MNIST_Q), "--delta", "1e-5", "--target_epsilon", "1"]
+    steps = _account([*common, "--noise_multiplier", "1.5"])
     assert steps["steps"] == max_steps(1.5, MNIST_Q, 1.0, 1e-5)
     assert steps["epsilon_rdp"] <= 1.0 and steps["within_target"]
     noise = _account([*common, "--steps", "160000", "--tolerance", "0.01"])
@@ -375,11 +375,11 @@ def test_account_sgm_target_gives_largest_steps_or_smallest_noise():
 
 
 def test_account_sgm_refuses_an_incomplete_question():
-    with pytest.raises(ValueError, match="give --noise-multiplier and --steps"):
-        _account(["--sample-rate", "0.01", "--delta", "1e-5", "--steps", "10"])
+    with pytest.raises(ValueError, match="give --noise_multiplier and --steps"):
+        _account(["--sample_rate", "0.01", "--delta", "1e-5", "--steps", "10"])
     with pytest.raises(ValueError, match="sample_rate"):
         _account(
-            ["--noise-multiplier", "1", "--sample-rate", "2", "--steps", "1"] + ["--delta", "1e-5"]
+            ["--noise_multiplier", "1", "--sample_rate", "2", "--steps", "1"] + ["--delta", "1e-5"]
         )
 
 

@@ -226,9 +226,9 @@ def test_account_wdp_sgm_subcommand_runs_the_worst_case_accountant():
     result = _account(
         [
             "wdp-sgm",
-            "--noise-multiplier",
+            "--noise_multiplier",
             "1.1",
-            "--sample-rate",
+            "--sample_rate",
             "0.02",
             "--steps",
             "250",
