@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+import uuid
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -116,6 +118,11 @@ class DpotCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         logger = config.get("trainer", {}).get("logger")
+        if logger is False and config.get("trainer", {}).get("default_root_dir") is None:
+            # No logger: the run still gets a folder of its own (config.yaml, checkpoints,
+            # report), not the current folder.
+            stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            config.trainer.default_root_dir = str(Path("runs") / f"{run_name(config)}-{stamp}")
         if (
             getattr(logger, "class_path", None) == f"{WandbRunLogger.__module__}.WandbRunLogger"
             and logger.init_args.get("name") is None
