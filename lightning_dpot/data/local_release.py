@@ -103,6 +103,8 @@ class LocalReleaseCache:
                     "privatize` and pass release_path"
                 )
             return path
+        # Check and make inside one lock: two runs that share the cache must not both
+        # privatize (fresh noise on the same records is a second release).
         with exclusive_lock(path.with_name(f"{path.name}.lock")):
             if not path.is_file():
                 self.make(before_release).save(path)

@@ -142,8 +142,11 @@ def _correct(cost: Tensor, g: Tensor, softmax: Tensor, eps: float, steps: Tensor
     """One corrector step at ε (module docstring): ridge 0.1·min(1, r)²/M, step capped at 8ε in
     ∞-norm, the best of ``steps``. Returns (g, softmax) after the step."""
     mass, grad, r = _residual(softmax)
+    # H is singular along constants (g + c has the same value): the ridge makes it definite,
+    # and shrinks like r² so that near the solution the step is Newton's and converges fast.
     ridge = RIDGE * r.clamp(max=1.0) ** 2 + 1e-13
     d = _solve_spd(_hessian(softmax, mass, ridge), eps * grad)
+    # Far from the solution the quadratic model is poor: cap the step at 8ε in ∞-norm.
     d.mul_((STEP_CAP * eps / d.abs().amax(-1, keepdim=True)).clamp_(max=1.0))
     return _best(cost, g, d, steps, eps)
 

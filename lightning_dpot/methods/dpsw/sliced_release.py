@@ -215,7 +215,7 @@ class SlicedGaussianRelease:
             )
         event = self.event
         if event is not None:
-            self.events.emit(event)
+            self.events.emit(event)  # journaled before the noise exists: a crash stays accounted
         with torch.autocast(records.device.type, enabled=False):
             released = gaussian_sliced_release(x, theta, self.noise_scale, source)
         return released.to(records.dtype)

@@ -154,7 +154,8 @@ class ClippedSumRelease:
                 )
             event = self.event
             if event is not None:
-                self.events.emit(event)  # journaled before the noise is drawn
+                # journaled before the noise is drawn: a crash after this line stays accounted
+                self.events.emit(event)
             if self.noise_scale > 0.0:
                 total += self.noise_scale * standard_normal(
                     tuple(total.shape), source, device=flat.device

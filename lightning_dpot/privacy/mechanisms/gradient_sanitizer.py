@@ -55,9 +55,12 @@ def clip_frobenius(block: Tensor, clip_norm: float) -> Tensor:
     non-finite entry becomes zero (a fixed function of the block of norm ≤ Δ, so the
     sensitivity holds and the release stays finite whatever the loss computed). No host
     synchronisation."""
-    block = block.double()
+    block = block.double()  # the clip is proved in the precision it is computed in
+    # A NaN or ∞ anywhere would survive the scaling: replace the block by 0 (norm 0 ≤ Δ),
+    # decided on the device, so no host synchronisation reveals which step it was.
     block = torch.where(torch.isfinite(block).all(), block, torch.zeros_like(block))
     norm = torch.linalg.vector_norm(block)
+    # min(1, Δ/‖G‖): a block inside the ball is unchanged; 1e-300 keeps 0/0 out of a zero block.
     scale = torch.clamp(clip_norm / norm.clamp_min(1e-300), max=1.0)
     return block * scale
 
@@ -165,6 +168,8 @@ class GradientSanitizer:
             event = self.event
             if event is not None:
                 index = self.events.total
+                # Emit before drawing: the journal holds the release before any noise (and
+                # so any output of it) exists; a crash after this line is still accounted.
                 self.events.emit(event)
                 source = self.noise.source(index, rank, device=grad.device)
                 noise = standard_normal(tuple(cross.shape), source, device=grad.device)
