@@ -335,6 +335,10 @@ def main(argv: list[str]) -> None:
     parser = build_parser(argparse.ArgumentParser(prog="dpot evaluate", description=DESCRIPTION))
     args = parser.parse_args(argv)
     record = evaluate(args)  # a bad value raises: `dpot` prints it in one line (lightning_dpot.cli)
+    if LEAKAGE in record["results"]:
+        from lightning_dpot.metrics.leakage import NOT_FOR_RELEASE
+
+        print(f"dpot evaluate: leakage: {NOT_FOR_RELEASE}", file=sys.stderr)
     if not args.no_report:
         # What is derived from the raw training records without noise stays on this screen.
         results = {k: v for k, v in record["results"].items() if k != LEAKAGE}

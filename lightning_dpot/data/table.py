@@ -98,6 +98,14 @@ def read_schema(path: str | Path) -> dict[str, Any]:
     return dict(schema["columns"])
 
 
+def _canonical(cell: Any) -> str:
+    """A cell as text that CSV and Parquet agree on: a number as its float repr."""
+    try:
+        return repr(float(cell))
+    except (TypeError, ValueError):
+        return str(cell)
+
+
 class Table(DataSource):
     """A table of records with declared per-column bounds (module docstring).
 
@@ -109,6 +117,8 @@ class Table(DataSource):
         label: a categorical column to use as the class label (conditional methods and the
             utility metrics); it is declared in ``columns`` and not part of the records.
         drop: columns of the file that are not used (never read into a record).
+        id_columns: the columns that identify a person's row (e.g. a patient number) for the
+            privacy ledger; default: every column of the row.
         test_fraction: held-out fraction of rows (seeded split); 0 keeps none.
         split_seed: seed of the split.
         limit: keep the first ``limit`` training rows (after the seeded split).
@@ -126,6 +136,7 @@ class Table(DataSource):
         schema: str | None = None,
         label: str | None = None,
         drop: list[str] | None = None,
+        id_columns: list[str] | None = None,
         test_fraction: float = 0.0,
         split_seed: int = 0,
         limit: int | None = None,
@@ -150,6 +161,7 @@ class Table(DataSource):
         if not self.columns:
             raise ValueError("columns: declare at least one column besides the label")
         self.drop = tuple(drop or ())
+        self.id_columns = None if id_columns is None else [str(c) for c in id_columns]
         if not 0.0 <= test_fraction < 1.0:
             raise ValueError(f"test_fraction must lie in [0, 1), got {test_fraction!r}")
         self.test_fraction = float(test_fraction)
@@ -179,7 +191,10 @@ class Table(DataSource):
             else {"low": c.low, "high": c.high}
             for c in declared
         }
-        return {**super().describe(), "columns": schema, "drop": list(self.drop)}
+        return {
+            **super().describe(), "columns": schema, "drop": list(self.drop),
+            "id_columns": self.id_columns,
+        }  # fmt: skip
 
     # -- reading ------------------------------------------------------------------------------
     def _rows(self) -> tuple[list[str], list[dict[str, Any]]]:
@@ -212,6 +227,9 @@ class Table(DataSource):
                     "columns ({low, high} or {categories}) or list it in drop"
                 )
         wanted = [c.name for c in self.columns] + ([self.label] if self.label else [])
+        for name in self.id_columns or []:
+            if name not in header:
+                raise ValueError(f"id_columns names {name!r}, not a column of {self.path!r}")
         for name in wanted:
             if name not in header:
                 raise ValueError(f"columns.{name} is declared but {self.path!r} has no such column")
@@ -255,14 +273,12 @@ class Table(DataSource):
         return self.label_column.categories.index(value)
 
     def _identity(self, row: Mapping[str, Any]) -> bytes:
-        """A row's declared cells by column name, numbers as floats: the same record in another
-        file, format or order of columns is the same record to the privacy ledger."""
-        declared = [*self.columns, *([self.label_column] if self.label_column else [])]
-        cells = sorted(
-            f"{c.name}={str(row[c.name]) if c.categories else repr(float(row[c.name]))}"
-            for c in declared
-        )
-        return "\x1f".join(cells).encode()
+        """A row's identity for the privacy ledger: the cells of ``id_columns`` if declared,
+        else every cell of the row (declared and dropped alike), by column name, numbers as
+        floats. The same person's row in another run that declares other columns, drops
+        others, or reads the file as Parquet instead of CSV is the same record."""
+        names = self.id_columns or sorted(row)
+        return "\x1f".join(f"{name}={_canonical(row[name])}" for name in names).encode()
 
     def load(self) -> DataSplits:
         header, rows = self._rows()

@@ -41,7 +41,8 @@ def test_records_are_encoded_by_the_declared_maps_and_decode_back(tmp_path):
     assert data.id_namespace == "table-rows" and len(set(data.train_ids.tolist())) == 3
     # public declarations only: the schema is in the release metadata, no value is
     assert table.describe()["columns"]["age"] == {"low": 0.0, "high": 100.0}
-    assert "25" not in json.dumps(table.describe())
+    described = {k: v for k, v in table.describe().items() if k != "path"}
+    assert "25" not in json.dumps(described) and "75" not in json.dumps(described)
 
 
 @pytest.mark.parametrize(
@@ -140,3 +141,18 @@ def test_a_flat_folder_is_refused_where_its_labels_do_not_match(tmp_path):
     (tmp_path / "flat" / "sub").mkdir()
     with pytest.raises(ValueError, match="holds both images and folders"):
         ImageFolder(tmp_path / "flat", 8).load()
+
+
+def test_a_rows_identity_does_not_depend_on_the_columns_a_run_declares(tmp_path):
+    path = str(_csv(tmp_path / "t.csv", ["1,25,no,healthy", "2,75,yes,sick"]))
+    full = Table(path, COLUMNS, drop=["id"]).load()
+    fewer = Table(path, {"age": COLUMNS["age"]}, drop=["id", "smoker", "diagnosis"]).load()
+    assert torch.equal(full.train_ids, fewer.train_ids)  # the same people to the ledger
+    by_id = Table(path, {"age": COLUMNS["age"]}, drop=["smoker", "diagnosis", "id"],
+                  id_columns=["id"]).load()  # fmt: skip
+    path2 = str(_csv(tmp_path / "t2.csv", ["1,26,no,healthy", "2,75,yes,sick"]))
+    corrected = Table(path2, {"age": COLUMNS["age"]}, drop=["smoker", "diagnosis", "id"],
+                      id_columns=["id"]).load()  # fmt: skip
+    assert torch.equal(by_id.train_ids, corrected.train_ids)  # a corrected age, the same person
+    with pytest.raises(ValueError, match="id_columns names 'patient'"):
+        Table(path, COLUMNS, drop=["id"], id_columns=["patient"]).load()

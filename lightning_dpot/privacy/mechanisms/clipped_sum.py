@@ -124,7 +124,9 @@ class ClippedSumRelease:
         source: Any,
     ) -> Tensor:
         """The noisy sum ``S`` as ``(L, k)`` float64; ``features`` maps float64 ``(m, d)``
-        records to ``(m, k)`` vectors and must be public (fixed before the data is read).
+        records to ``(m, k)`` vectors and must be public (fixed before the data is read). It is
+        applied to one record at a time (``torch.func.vmap``), so a map that would look at other
+        records cannot change the sensitivity; one that cannot run under vmap is refused.
 
         The noiseless sum is computed first, then the event is emitted (journaled before the
         noise exists), then the noise is drawn once and added in place."""
@@ -136,15 +138,25 @@ class ClippedSumRelease:
                 "(release.noise.source(...)), never from the global RNG"
             )
         total: Tensor | None = None
+        width: int | None = None
         with torch.autocast(flat.device.type, enabled=False):
             for start in range(0, flat.shape[0], CHUNK):
-                vectors = features(flat[start : start + CHUNK].double()).double()
+                chunk = flat[start : start + CHUNK].double()
+                # Record by record (vmap): a feature map that mixed records (a batch maximum,
+                # batch statistics) would break Δ = 2C; under vmap it cannot.
+                vectors = torch.func.vmap(lambda row: features(row[None])[0])(chunk).double()
+                if vectors.ndim != 2 or (width is not None and vectors.shape[1] != width):
+                    raise ValueError(
+                        "features must map each record to one vector of a fixed length, got "
+                        f"shape {tuple(vectors.shape[1:])} per record"
+                    )
+                width = vectors.shape[1]
                 norms = torch.linalg.vector_norm(vectors, dim=1, keepdim=True)
                 # a row of norm ≤ C is kept exactly; the clamp only shrinks longer rows
                 vectors = vectors / (norms.clamp(min=self.clip_norm) / self.clip_norm)
                 chunk_labels = None if labels is None else labels[start : start + CHUNK]
-                chunk = block_sum(vectors, chunk_labels, num_blocks)
-                total = chunk if total is None else total + chunk
+                summed = block_sum(vectors, chunk_labels, num_blocks)
+                total = summed if total is None else total + summed
             if total is None:
                 raise ValueError("records: the release needs at least one record, got 0")
             if not bool(torch.isfinite(total).all()):
