@@ -26,13 +26,32 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     return lines[-1]
 
 
-def test_version_and_the_fit_help_with_its_methods_from_a_cache(tmp_path, monkeypatch, capsys):
+def test_version_and_the_shipped_fit_help_is_the_live_one(tmp_path, monkeypatch, capsys):
+    import lightning_dpot.cli as cli
+
     main(["--version"])
     assert capsys.readouterr().out.startswith("dpot (lightning_dpot) 0.")
+    monkeypatch.setenv("COLUMNS", "100")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    live = cli.live_fit_help()
+    assert "methods (--model NAME" in live and "DPMERF" in live and "EntropicWGAN" in live
+    main(["fit", "--help"])
+    printed = capsys.readouterr().out
+    header = (REPO / "lightning_dpot" / "resources" / "fit_help.txt").read_text().split("\n")[0]
+    if header == f"# {cli._versions()}":  # the shipped text is printed: it must be current
+        assert printed == live, "regenerate it: see lightning_dpot.cli.write_shipped_fit_help"
+        assert not (tmp_path / "lightning_dpot").exists()
+    else:  # other dependency versions: the live text, cached
+        assert printed == live and list((tmp_path / "lightning_dpot").glob("fit-help-*.txt"))
+
+
+def test_without_a_matching_shipped_text_the_fit_help_is_cached(tmp_path, monkeypatch, capsys):
+    import lightning_dpot.cli as cli
+
+    monkeypatch.setattr(cli, "_versions", lambda: "lightning 0 jsonargparse 0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     main(["fit", "--help"])
     first = capsys.readouterr().out
-    assert "methods (--model NAME" in first and "DPMERF" in first and "EntropicWGAN" in first
     (cached,) = (tmp_path / "lightning_dpot").glob("fit-help-*.txt")
     cached.write_text(first + "(from the cache)\n")
     main(["fit", "-h"])
