@@ -32,13 +32,15 @@ def discard_refused_runs(since: int) -> list[Path]:
     the W&B folder and the config: a fit refused before it trained or released anything leaves
     no folder behind. A directory with anything else (a release journal, a report, a
     checkpoint) is kept: it records what happened. Returns the removed directories."""
+    made = RUN_DIRS_MADE[since:]
+    del RUN_DIRS_MADE[since:]
+    if not made:  # refused before any logger started: nothing to close or remove
+        return []
     import shutil
 
     import wandb
 
-    made = RUN_DIRS_MADE[since:]
-    del RUN_DIRS_MADE[since:]
-    if made and wandb.run is not None:
+    if wandb.run is not None:
         wandb.run.finish(exit_code=1, quiet=True)  # its files are closed before removal
     removed = []
     for run_dir in made:

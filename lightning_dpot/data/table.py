@@ -285,6 +285,11 @@ class Table(DataSource):
         self._check_header(header)
         if not rows:
             raise ValueError(f"path={self.path!r} holds no rows")
+        for number, row in enumerate(rows, 1):
+            if None in row:  # csv.DictReader keeps cells beyond the header under None
+                raise ValueError(
+                    f"row {number} of {self.path!r} has more cells than the header has columns"
+                )
         x = torch.tensor([self._encode(r, i + 1) for i, r in enumerate(rows)], dtype=torch.float32)
         y = None
         if self.label_column is not None:

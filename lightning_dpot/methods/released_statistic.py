@@ -15,15 +15,16 @@ go unaccounted (``check_release_before_training``); draws the release once and s
 ``statistic`` buffer, so a checkpoint holds it and a resume never draws it again; and refuses a
 training step before the release (the tuner's ``lr_find`` runs before the fit starts).
 
-A method writes three things:
+A method writes four things:
 
 * ``release``: its release object, passed to the base's ``__init__`` (e.g. a
   ``ClippedSumRelease``: ``sensitivity``, ``calibrate``, ``event``, ``events``, ``facts``);
 * ``prepare_release(datamodule, shape)``: the public quantities the release needs (a feature
   map, frequencies), from public facts of the data;
 * ``release_statistic(datamodule, source)``: s̃ from the records, through ``self.release``, in
-  the units the loss reads; and ``statistic_loss(fake, labels)``: one step's loss on a generated
-  batch against ``self.statistic``.
+  the units the loss reads;
+* ``statistic_loss(fake, labels)``: one step's loss on a generated batch against
+  ``self.statistic``.
 """
 
 from __future__ import annotations

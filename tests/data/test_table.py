@@ -156,3 +156,9 @@ def test_a_rows_identity_does_not_depend_on_the_columns_a_run_declares(tmp_path)
     assert torch.equal(by_id.train_ids, corrected.train_ids)  # a corrected age, the same person
     with pytest.raises(ValueError, match="id_columns names 'patient'"):
         Table(path, COLUMNS, drop=["id"], id_columns=["patient"]).load()
+
+
+def test_a_row_with_more_cells_than_the_header_is_refused(tmp_path):
+    path = str(_csv(tmp_path / "t.csv", ["1,25,no,healthy", "2,75,yes,sick,extra"]))
+    with pytest.raises(ValueError, match="row 2 of .* has more cells than the header"):
+        Table(path, COLUMNS, drop=["id"]).load()
