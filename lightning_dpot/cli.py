@@ -147,80 +147,6 @@ def _run_with_one_line_errors(command: str, fn: Callable[[], Any]) -> Any:
         raise SystemExit(2) from None
 
 
-#: ``dpot fit --help`` as shipped: its first line names the Lightning and jsonargparse versions
-#: it was written with (``write_shipped_fit_help``; a test checks it against the live parser).
-SHIPPED_FIT_HELP = "fit_help.txt"
-
-
-def _versions() -> str:
-    from importlib.metadata import version
-
-    return f"lightning {version('lightning')} jsonargparse {version('jsonargparse')}"
-
-
-def live_fit_help() -> str:
-    """The text LightningCLI's parser prints for ``dpot fit --help`` (imports torch and
-    Lightning: seconds)."""
-    import io
-    from contextlib import redirect_stdout
-
-    from lightning_dpot.training import run_lightning
-
-    text, argv0 = io.StringIO(), sys.argv[0]
-    sys.argv[0] = "dpot"  # the program name the usage line shows
-    with redirect_stdout(text):
-        try:
-            run_lightning(["fit", "--help"])
-        except SystemExit:
-            pass
-        finally:
-            sys.argv[0] = argv0
-    return text.getvalue()
-
-
-def write_shipped_fit_help() -> None:
-    """Regenerate the shipped text (``COLUMNS=100``) after a change of a method's arguments or
-    of the dependencies: ``COLUMNS=100 python -c "import lightning_dpot.cli as c;
-    c.write_shipped_fit_help()"``."""
-    from lightning_dpot.resources import resource_root
-
-    path = resource_root() / SHIPPED_FIT_HELP
-    path.write_text(f"# {_versions()}\n{live_fit_help()}")
-
-
-def fit_help() -> str:
-    """``dpot fit --help`` at once: the shipped text when it was written with the installed
-    Lightning and jsonargparse, else the live text, cached per user (building the parser
-    imports torch and Lightning, seconds; the cache key is the package files' times, the
-    versions and the terminal's width)."""
-    import hashlib
-    import shutil
-    from pathlib import Path
-
-    from lightning_dpot.resources import resource_root
-
-    shipped = resource_root() / SHIPPED_FIT_HELP
-    if shipped.is_file():
-        header, _, body = shipped.read_text().partition("\n")
-        if header == f"# {_versions()}":
-            return body
-    package = Path(__file__).resolve().parent
-    stamp = max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
-    key = f"{stamp}-{_versions()}-{shutil.get_terminal_size().columns}"
-    digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lightning_dpot"
-    path = cache / f"fit-help-{digest}.txt"
-    if path.is_file():
-        return path.read_text()
-    text = live_fit_help()
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    except OSError:  # a read-only home: print without caching
-        pass
-    return text
-
-
 def _top_level_help() -> str:
     lines = ["usage: dpot COMMAND [options]  (dpot --version)", "", "commands:"]
     lines += [f"  {c:<10} train with LightningCLI (--config FILE)" for c in TRAINING_COMMANDS]
@@ -238,9 +164,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         print(f"dpot (lightning_dpot) {__version__}")
         return
-    if argv in (["fit", "-h"], ["fit", "--help"]):
-        print(fit_help().rstrip("\n"))
-        return
+    if argv[0] == "fit":
+        from lightning_dpot.commands import fit_help
+
+        if (asked := fit_help.request(argv[1:])) is not None:
+            print(fit_help.text(asked).rstrip("\n"))  # at once: shipped or cached
+            return
     command, rest = argv[0], argv[1:]
     # A module file in the current folder is importable (--model mymethod.MyMethod), as it
     # is under `python -m`.

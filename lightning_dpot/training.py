@@ -13,6 +13,7 @@ messages that say nothing about the run are dropped (``quiet_dependencies``).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 import uuid
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from typing_extensions import override
@@ -64,15 +65,72 @@ class _DropLightningTips(logging.Filter):
         return not record.getMessage().startswith("💡 Tip:")
 
 
+class _HoldInfo(logging.Filter):
+    """Holds the informational records that reach ``handler`` in ``held`` (warnings pass)."""
+
+    def __init__(self, handler: logging.Handler, held: list) -> None:
+        super().__init__()
+        self.handler, self.held = handler, held
+
+    @override
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        self.held.append((self.handler, record))
+        return False
+
+
+class StartupLines:
+    """Lightning's start-up lines ("Seed set to 0", "GPU available: ..."), held until the fit
+    begins (``ReleaseStartupLines``): a run refused while its data or its method is set up ends
+    with its one-line error alone, not after lines that read as if training had started."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[logging.Handler, logging.LogRecord]] = []
+        self.filters: list[_HoldInfo] = []
+
+    def hold(self) -> None:
+        for name in ("lightning.pytorch", "lightning.fabric"):
+            for handler in logging.getLogger(name).handlers:
+                self.filters.append(_HoldInfo(handler, self.held))
+                handler.addFilter(self.filters[-1])
+
+    def release(self, show: bool = True) -> None:
+        """Stop holding; print what was held (in order) when ``show``."""
+        for hold in self.filters:
+            hold.handler.removeFilter(hold)
+        self.filters.clear()
+        held = list(self.held)
+        self.held.clear()
+        for handler, record in held if show else ():
+            handler.handle(record)
+
+
+STARTUP_LINES = StartupLines()
+
+
+class ReleaseStartupLines(Callback):
+    """Prints the held start-up lines when the fit begins: after the data and the method are
+    set up (where a private input is validated and refused), before the model summary."""
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        STARTUP_LINES.release()
+
+
 @contextmanager
 def quiet_dependencies() -> Iterator[None]:
     """Inside the block, the dependencies' messages that say nothing about the run are dropped,
     each picked by its text (and category): Lightning's product tips, and torch's
     ``FutureWarning`` that Lightning's own pytree code uses the deprecated ``LeafSpec``. Every
-    other message shows, the package's own warnings among them."""
+    other message shows, the package's own warnings among them; Lightning's start-up lines
+    show once the fit begins (``StartupLines``), or at the end of a block that fit nothing,
+    and not at all after an error (unless ``DPOT_DEBUG`` is set)."""
     tips = _DropLightningTips()
     log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where rank_zero_info logs
     log.addFilter(tips)
+    STARTUP_LINES.hold()
+    failed = False
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings(
@@ -81,7 +139,11 @@ def quiet_dependencies() -> Iterator[None]:
                 category=FutureWarning,
             )
             yield
+    except BaseException:
+        failed = True
+        raise
     finally:
+        STARTUP_LINES.release(show=not failed or bool(os.environ.get("DPOT_DEBUG")))
         log.removeFilter(tips)
 
 
@@ -144,6 +206,7 @@ class DpotCLI(LightningCLI):
             # First: its batch-end hook drains, checks and commits the batch's releases before
             # any other callback (a checkpoint, a sample writer) sees what they produced.
             trainer.callbacks.insert(0, PrivacyAccountantCallback())
+        trainer.callbacks.insert(0, ReleaseStartupLines())
         return trainer
 
 

@@ -1,13 +1,18 @@
-"""The ``dpot`` command's conventions: ``--version``; ``dpot fit --help`` lists the methods and is
-read from a cache once written; ``--model.help NAME`` takes a short name; the other commands'
-help imports no torch; a module file in the current folder is a ``--model``; bad files and another
-method's checkpoint are refused in one line; a finished run leaves no lock file."""
+"""The ``dpot`` command's conventions: ``--version``; ``dpot fit --help``, ``--model.help NAME``
+and ``--data.help NAME`` print the shipped texts, which a fresh process prints too (else a cache
+once written); no command's help imports torch; a module file in the current folder is a
+``--model``; bad files and another method's checkpoint are refused in one line; a finished run
+leaves no lock file."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,40 +26,52 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(argv)
-    # Lightning's own start-up lines may come first; the error is one line, the last
+    # the error is one line, the last (a warning may come before it)
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith(f"dpot {argv[0]}: error: ") and "Traceback" not in lines
     return lines[-1]
 
 
-def test_version_and_the_shipped_fit_help_is_the_live_one(tmp_path, monkeypatch, capsys):
-    import lightning_dpot.cli as cli
+def test_version_and_the_shipped_fit_help_is_what_a_fresh_process_prints(
+    tmp_path, monkeypatch, capsys
+):
+    from lightning_dpot.commands import fit_help
 
     main(["--version"])
     assert capsys.readouterr().out.startswith("dpot (lightning_dpot) 0.")
     monkeypatch.setenv("COLUMNS", "100")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    # A fresh process, as `dpot` runs: the help lists the Callback and LightningModule
-    # subclasses imported so far, and this one has imported the tests' own.
-    live = subprocess.run(
-        [sys.executable, "-c", "import lightning_dpot.cli as c; print(c.live_fit_help(), end='')"],
-        capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "100"},
-    ).stdout  # fmt: skip
-    assert "methods (--model NAME" in live and "DPMERF" in live and "EntropicWGAN" in live
-    main(["fit", "--help"])
-    printed = capsys.readouterr().out
-    header = (REPO / "lightning_dpot" / "resources" / "fit_help.txt").read_text().split("\n")[0]
-    if header == f"# {cli._versions()}":  # the shipped text is printed: it must be current
-        assert printed == live, "regenerate it: see lightning_dpot.cli.write_shipped_fit_help"
+    # Fresh processes, as `dpot` runs: the parser lists the subclasses imported so far, and
+    # this one has imported the tests' own. The whole help, a method's and a data module's.
+    asked = [["--help"], ["--model.help", "DPMERF"], ["--data.help", "PrivatizedDataModule"]]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "lightning_dpot.commands.fit_help", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "100"},
+        )
+        for args in asked
+    ]
+    live = [run.communicate()[0] for run in runs]
+    assert "methods (--model NAME" in live[0] and "--model.length_scale" in live[1]
+    for group, classes in fit_help.SHIPPED_CLASSES.items():  # the shipped names are listed
+        assert all(path in live[0] for path in classes.values()), group
+    printed = []
+    for args in asked:
+        main(["fit", *args])
+        printed.append(capsys.readouterr().out)
+    if fit_help.shipped_texts()["versions"] == fit_help.versions():  # shipped: must be current
+        assert printed == live, "regenerate: python -m lightning_dpot.commands.fit_help --write"
         assert not (tmp_path / "lightning_dpot").exists()
-    else:  # other dependency versions: the live text, cached
-        assert list((tmp_path / "lightning_dpot").glob("fit-help-*.txt"))
+    else:  # other dependency versions: the live texts, cached
+        assert len(list((tmp_path / "lightning_dpot").glob("fit-help-*.txt"))) == 3
 
 
 def test_without_a_matching_shipped_text_the_fit_help_is_cached(tmp_path, monkeypatch, capsys):
-    import lightning_dpot.cli as cli
+    from lightning_dpot.commands import fit_help
 
-    monkeypatch.setattr(cli, "_versions", lambda: "lightning 0 jsonargparse 0")
+    monkeypatch.setattr(fit_help, "versions", lambda: "lightning 0 jsonargparse 0 torch 0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     main(["fit", "--help"])
     first = capsys.readouterr().out
@@ -64,10 +81,16 @@ def test_without_a_matching_shipped_text_the_fit_help_is_cached(tmp_path, monkey
     assert capsys.readouterr().out.endswith("(from the cache)\n")
 
 
-def test_model_help_takes_the_short_name_of_a_method(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["fit", "--model.help", "DPMERF"])
-    assert exit_.value.code == 0 and "--model.length_scale" in capsys.readouterr().out
+def test_a_config_beside_help_and_a_short_class_name_read_the_shipped_text(capsys):
+    config = str(REPO / "configs" / "quickstart.yaml")
+    main(["fit", "--config", config, "--help"])
+    with_config = capsys.readouterr().out
+    main(["fit", "--help"])
+    assert with_config == capsys.readouterr().out
+    main(["fit", "--model.help", "DPMERF"])
+    short = capsys.readouterr().out
+    main(["fit", "--model.help=lightning_dpot.DPMERF"])
+    assert short == capsys.readouterr().out and "--model.length_scale" in short
 
 
 def test_the_commands_help_imports_no_torch():
@@ -76,6 +99,10 @@ def test_the_commands_help_imports_no_torch():
         "for command in ('evaluate', 'sample', 'privatize', 'export', 'report', 'compare'):\n"
         "    try: main([command, '--help'])\n"
         "    except SystemExit: pass\n"
+        "from lightning_dpot.commands import fit_help\n"
+        "if fit_help.shipped_texts()['versions'] == fit_help.versions():\n"
+        "    main(['fit', '--config', 'configs/quickstart.yaml', '--help'])\n"
+        "    main(['fit', '--model.help', 'DPSinkhorn'])\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
@@ -133,7 +160,35 @@ def test_a_checkpoint_of_another_method_is_refused_naming_it():
         other.on_load_checkpoint(checkpoint)
 
 
-def test_a_run_refused_after_its_logger_started_leaves_no_folder(tmp_path, monkeypatch, capsys):
+def test_a_run_refused_after_its_logger_started_leaves_no_folder_and_its_error_alone(
+    tmp_path, monkeypatch, capsys
+):
+    # Lightning's start-up lines ("Seed set to 0", "GPU available: ...") are held until the fit
+    # begins: a run refused while its data are read prints no line that reads as a start.
+    with _lightning_lines() as streams:
+        _refused_then_fitted(tmp_path, monkeypatch, capsys, streams)
+
+
+@contextmanager
+def _lightning_lines() -> Iterator[list[io.StringIO]]:
+    """Lightning's two loggers as outside pytest: a stream handler each, at INFO."""
+    streams, undo = [], []
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        log, stream = logging.getLogger(name), io.StringIO()
+        handler, level = logging.StreamHandler(stream), log.level
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        streams.append(stream)
+        undo.append((log, handler, level))
+    try:
+        yield streams
+    finally:
+        for log, handler, level in undo:
+            log.removeHandler(handler)
+            log.setLevel(level)
+
+
+def _refused_then_fitted(tmp_path, monkeypatch, capsys, streams) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DPOT_LEDGER_DIR", str(tmp_path / "ledger"))
     (tmp_path / "t.csv").write_text("id,x\n1,0.5\n")
@@ -146,6 +201,13 @@ def test_a_run_refused_after_its_logger_started_leaves_no_folder(tmp_path, monke
     )
     assert "column 'id' of 't.csv' has no declared bounds" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["schema.yaml", "t.csv"]
+    assert [s.getvalue() for s in streams] == ["", ""]
+    # the same run with the column dropped: the held lines print once the fit begins
+    main(["fit", "--config", str(config), f"{source}.path=t.csv", f"{source}.schema=schema.yaml",
+          f"{source}.drop=[id]", "--trainer.max_steps=1", "--trainer.logger=false",
+          "--model.init_args.generator.init_args.output_shape=[1]"])  # fmt: skip
+    assert "Seed set to 0" in streams[1].getvalue()
+    assert "GPU available" in streams[0].getvalue()
 
 
 @pytest.mark.parametrize(

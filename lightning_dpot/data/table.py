@@ -64,6 +64,14 @@ class Column:
             )
         keys = set(spec)
         if keys == {"categories"}:
+            if any(isinstance(c, bool) for c in spec["categories"]):
+                # YAML 1.1 reads unquoted yes/no/on/off/true/false as booleans: the cells'
+                # spelling is lost, so the declaration is refused rather than guessed.
+                raise ValueError(
+                    f"columns.{name}.categories {list(spec['categories'])!r} were read as "
+                    "booleans (YAML reads unquoted yes/no/on/off/true/false so): quote them, "
+                    "e.g. ['no', 'yes']"
+                )
             categories = tuple(str(c) for c in spec["categories"])
             if len(categories) < 2 or len(set(categories)) != len(categories):
                 raise ValueError(

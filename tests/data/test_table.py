@@ -78,6 +78,9 @@ def test_a_column_without_bounds_is_refused(tmp_path):
         Table(path, COLUMNS | {"age": {"low": 0, "high": 1}}, label="age")
     with pytest.raises(ValueError, match="exactly one of columns"):
         Table(path)
+    # unquoted yes/no in a YAML schema arrive as booleans: refused, not matched as 'True'
+    with pytest.raises(ValueError, match=r"columns.smoker.categories \[False, True\] were read"):
+        Table(path, COLUMNS | {"smoker": {"categories": [False, True]}}, drop=["id"])
 
 
 def test_a_schema_file_and_a_parquet_file_read_as_the_mapping_and_the_csv_do(tmp_path):
