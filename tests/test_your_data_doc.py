@@ -83,6 +83,8 @@ def test_a_table_goes_from_csv_to_private_samples_a_leakage_check_and_an_export(
     assert report["epsilon"] <= 1.0 and report["releases"] == 1
     rows = (tmp_path / "synthetic_patients.csv").read_text().splitlines()
     assert rows[0] == "age,income,smoker,diagnosis" and len(rows) == 2001
+    written = (run / "samples.csv").read_text().splitlines()  # the fit's own sample
+    assert written[0] == rows[0] and len(written) == 101
     assert (run / "generator.pt").is_file()
     leakage = next(json.loads(o)["results"]["leakage"] for o in outputs if '"leakage"' in o)
     assert "not for release" in leakage["notice"]

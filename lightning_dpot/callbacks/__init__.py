@@ -7,6 +7,7 @@ from lightning_dpot.callbacks.manifold import ManifoldEvaluation
 from lightning_dpot.callbacks.privacy_accountant import PrivacyAccountantCallback
 from lightning_dpot.callbacks.privacy_record import commit_releases
 from lightning_dpot.callbacks.run_report import RunReport
+from lightning_dpot.callbacks.sample_rows import SampleRows
 from lightning_dpot.callbacks.samples import SampleGrid
 from lightning_dpot.callbacks.step_profile import StepProfile
 from lightning_dpot.callbacks.training_rng import TrainingRngStream
@@ -19,6 +20,7 @@ __all__ = [
     "RunArtifacts",
     "RunReport",
     "SampleGrid",
+    "SampleRows",
     "StepProfile",
     "TrainingRngStream",
     "UtilityEvaluation",

@@ -1,6 +1,7 @@
 """SampleGrid: fixed samples across epochs, PNGs in the run directory (an image grid, or a
 scatter plot of 2-D records) sent to loggers that can take them, and any other record shape
-refused before the first step."""
+refused before the first step; SampleRows refused before a release of data that is not a
+table (its writing of rows: tests/test_your_data_doc.py)."""
 
 import re
 from types import SimpleNamespace
@@ -9,7 +10,7 @@ import lightning as L
 import pytest
 import torch
 
-from lightning_dpot.callbacks import SampleGrid
+from lightning_dpot.callbacks import SampleGrid, SampleRows
 from lightning_dpot.data import Digits, HalfCircle, PrivatizedDataModule, TensorFile
 from lightning_dpot.grids import images_to_grid
 from lightning_dpot.methods import EntropicWGAN
@@ -145,6 +146,23 @@ def test_other_record_shapes_are_refused_before_the_first_step(tmp_path):
     with pytest.raises(ValueError, match=re.escape(expected)):
         trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 0 and not list(tmp_path.glob("*.png"))
+
+
+def test_sample_rows_is_refused_before_a_release_of_data_that_is_not_a_table(tmp_path):
+    """A tensor file writes no rows: refused before the local-DP release is drawn or cached."""
+    torch.save({"x": torch.rand(64, 5) * 2 - 1}, tmp_path / "table.pt")
+    dm = PrivatizedDataModule(
+        TensorFile(str(tmp_path / "table.pt"), low=-1.0, high=1.0, test_fraction=0.25),
+        "laplace", epsilon=5.0, batch_size=16, cache_dir=str(tmp_path / "c"),
+    )  # fmt: skip
+    trainer = L.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[SampleRows()],
+    )  # fmt: skip
+    module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(5,), hidden=(8,)))
+    with pytest.raises(ValueError, match="SampleRows writes rows of a table .* is TensorFile"):
+        trainer.fit(module, datamodule=dm)
+    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").rglob("*.pt"))
 
 
 def test_images_to_grid_maps_minus_one_one_to_zero_one():
