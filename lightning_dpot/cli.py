@@ -112,8 +112,9 @@ def argument_error_line(message: str) -> str | None:
         message,
     )
     if import_error:
+        path = path or next(iter(re.findall(r"--(\w+)\.help", message)), "")
         return (
-            f"{path}: {import_error.group(1).strip()}; give an importable class, e.g. "
+            f"{path or 'class'}: {import_error.group(1).strip()}; give an importable class, e.g. "
             "lightning_dpot.methods.EntropicWGAN"
         )
     literal = re.search(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (.*)", message)
@@ -164,17 +165,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         print(f"dpot (lightning_dpot) {__version__}")
         return
-    if argv[0] == "fit":
-        from lightning_dpot.commands import fit_help
-
-        if (asked := fit_help.request(argv[1:])) is not None:
-            print(fit_help.text(asked).rstrip("\n"))  # at once: shipped or cached
-            return
     command, rest = argv[0], argv[1:]
     # A module file in the current folder is importable (--model mymethod.MyMethod), as it
     # is under `python -m`.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if command == "fit":
+        from lightning_dpot.commands import fit_help
+
+        if (asked := fit_help.request(rest)) is not None:
+            # at once when shipped or cached; a class the parser cannot find: one line
+            text = _run_with_one_line_errors(command, lambda: fit_help.text(asked))
+            print(text.rstrip("\n"))
+            return
     _run_with_one_line_errors(command, lambda: _dispatch(command, rest, argv))
 
 

@@ -65,8 +65,14 @@ class _DropLightningTips(logging.Filter):
         return not record.getMessage().startswith("💡 Tip:")
 
 
-class _HoldInfo(logging.Filter):
-    """Holds the informational records that reach ``handler`` in ``held`` (warnings pass)."""
+#: Where Lightning's own messages are logged from (a record's ``pathname`` is its caller's).
+_LIGHTNING_DIR = os.path.dirname(L.__file__) + os.sep
+
+
+class _HoldStartupLines(logging.Filter):
+    """Holds in ``held`` the informational records of Lightning's own code that reach
+    ``handler``; warnings, and the package's messages logged through Lightning's
+    ``rank_zero_info`` (privacy notes among them), pass at once."""
 
     def __init__(self, handler: logging.Handler, held: list) -> None:
         super().__init__()
@@ -74,47 +80,61 @@ class _HoldInfo(logging.Filter):
 
     @override
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.WARNING:
+        if record.levelno >= logging.WARNING or not record.pathname.startswith(_LIGHTNING_DIR):
             return True
         self.held.append((self.handler, record))
         return False
 
 
 class StartupLines:
-    """Lightning's start-up lines ("Seed set to 0", "GPU available: ..."), held until the fit
-    begins (``ReleaseStartupLines``): a run refused while its data or its method is set up ends
-    with its one-line error alone, not after lines that read as if training had started."""
+    """Lightning's start-up lines ("Seed set to 0", "GPU available: ...", the model summary),
+    held until training starts (``ReleaseStartupLines``): a run refused while its data or its
+    method is set up ends with its one-line error alone, not after lines that read as if
+    training had begun. Held are the records that reach the handlers Lightning's two loggers
+    have when the hold begins (Lightning adds none when the root logger has handlers: nothing
+    is held then). Holds nest; a process started by a DDP launcher prints only its own."""
 
     def __init__(self) -> None:
         self.held: list[tuple[logging.Handler, logging.LogRecord]] = []
-        self.filters: list[_HoldInfo] = []
+        self.filters: list[_HoldStartupLines] = []
+        self.depth = 0
 
     def hold(self) -> None:
+        self.depth += 1
+        if self.depth > 1:
+            return
         for name in ("lightning.pytorch", "lightning.fabric"):
             for handler in logging.getLogger(name).handlers:
-                self.filters.append(_HoldInfo(handler, self.held))
+                self.filters.append(_HoldStartupLines(handler, self.held))
                 handler.addFilter(self.filters[-1])
 
-    def release(self, show: bool = True) -> None:
-        """Stop holding; print what was held (in order) when ``show``."""
+    def release(self, show: bool = True, end: bool = False) -> None:
+        """End the hold (for an ``end`` of the outermost block, or when training starts) and
+        print what was held, in order, when ``show``."""
+        if end:
+            self.depth = max(self.depth - 1, 0)
+            if self.depth:
+                return
         for hold in self.filters:
             hold.handler.removeFilter(hold)
         self.filters.clear()
         held = list(self.held)
         self.held.clear()
         for handler, record in held if show else ():
-            handler.handle(record)
+            # A forked DDP process inherits its parent's records: the parent prints those.
+            if record.process == os.getpid():
+                handler.handle(record)
 
 
 STARTUP_LINES = StartupLines()
 
 
 class ReleaseStartupLines(Callback):
-    """Prints the held start-up lines when the fit begins: after the data and the method are
-    set up (where a private input is validated and refused), before the model summary."""
+    """Prints the held start-up lines when training starts: after the data and the method are
+    set up and checked (where a private input is validated and refused)."""
 
     @override
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         STARTUP_LINES.release()
 
 
@@ -124,13 +144,13 @@ def quiet_dependencies() -> Iterator[None]:
     each picked by its text (and category): Lightning's product tips, and torch's
     ``FutureWarning`` that Lightning's own pytree code uses the deprecated ``LeafSpec``. Every
     other message shows, the package's own warnings among them; Lightning's start-up lines
-    show once the fit begins (``StartupLines``), or at the end of a block that fit nothing,
-    and not at all after an error (unless ``DPOT_DEBUG`` is set)."""
+    show once training starts (``StartupLines``), or at the end of a block that trained
+    nothing, and not at all after an error (unless ``DPOT_DEBUG`` is set)."""
     tips = _DropLightningTips()
     log = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where rank_zero_info logs
     log.addFilter(tips)
     STARTUP_LINES.hold()
-    failed = False
+    failed = False  # an error, not an interrupt: Lightning's shutdown lines still show
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings(
@@ -139,11 +159,11 @@ def quiet_dependencies() -> Iterator[None]:
                 category=FutureWarning,
             )
             yield
-    except BaseException:
+    except Exception:
         failed = True
         raise
     finally:
-        STARTUP_LINES.release(show=not failed or bool(os.environ.get("DPOT_DEBUG")))
+        STARTUP_LINES.release(not failed or bool(os.environ.get("DPOT_DEBUG")), end=True)
         log.removeFilter(tips)
 
 

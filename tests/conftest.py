@@ -116,6 +116,13 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def fresh_ddp_port(monkeypatch):
+    """Each test's DDP run asks the OS for a free port: Lightning keeps the port of a run in
+    ``MASTER_PORT``, and with the suite spread over workers another worker may take it."""
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+
+
 @contextmanager
 def _ledger_at(directory: Path):
     """``$DPOT_LEDGER_DIR`` set to ``directory`` inside the block (child processes inherit it)."""

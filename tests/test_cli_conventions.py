@@ -127,6 +127,10 @@ def test_a_module_in_the_current_folder_is_a_model_and_an_unknown_class_one_line
     assert list((tmp_path / "out").rglob("*.ckpt"))
     line = _one_line_error(capsys, ["fit", "--config", str(config), "--model", "mymethods.Nope"])
     assert "module 'mymethods' has no attribute 'Nope'" in line
+    main(["fit", "--model.help", "mymethods.MyWGAN"])  # the parser, for a class of one's own
+    assert "Help for --model.help=mymethods.MyWGAN" in capsys.readouterr().out
+    line = _one_line_error(capsys, ["fit", "--model.help", "mymethods.Nope"])
+    assert line.startswith("dpot fit: error: model: module 'mymethods' has no attribute 'Nope'")
     # the run's journal and the release cache keep no lock file
     assert not list(tmp_path.rglob("*.lock"))
 

@@ -17,7 +17,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lightning_dpot.checks import check_positive_int
-from lightning_dpot.generative import draw
+from lightning_dpot.generative import draw, record_shape
 
 
 def _table(trainer: L.Trainer) -> Any:
@@ -36,7 +36,8 @@ class SampleRows(Callback):
         seed: seed of the draw.
 
     Raises:
-        ValueError: before anything is released, when the run's data source is not a table.
+        ValueError: before anything is released, when the run's data source is not a table or
+            the method's records are not the table's encoded width.
 
     Example::
 
@@ -52,11 +53,19 @@ class SampleRows(Callback):
     def check_before_release(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Refuse a run whose data source writes no rows, before the datamodule releases
         anything (``check_before_release``)."""
-        if _table(trainer) is None:
-            source = type(getattr(trainer.datamodule, "source", trainer.datamodule)).__name__
+        table = _table(trainer)
+        if table is None:
+            source = getattr(trainer.datamodule, "source", None)
+            what = "no data source" if source is None else f"data source is {type(source).__name__}"
             raise ValueError(
                 f"SampleRows writes rows of a table (lightning_dpot.data.Table); this run's "
-                f"data source is {source}: use SampleGrid for images and 2-D points"
+                f"{what}: use SampleGrid for images and 2-D points"
+            )
+        shape, width = tuple(record_shape(pl_module)), tuple(table.sample_shape)
+        if shape != width:
+            raise ValueError(
+                f"SampleRows: {type(pl_module).__name__} generates records of shape {shape}, "
+                f"the table encodes {width} (set the generator's output_shape to {list(width)})"
             )
 
     @override

@@ -11,7 +11,9 @@ other versions, runs the parser and keeps its text in a per-user cache, keyed by
 the package files' times, the versions and the terminal's width.
 
 A ``--config`` beside ``--help`` changes nothing in the text LightningCLI prints (the defaults it
-shows are the classes'), so ``dpot fit --config FILE --help`` prints the same text at once.
+shows are the classes'), so ``dpot fit --config FILE --help`` prints the same text at once; a
+class of the user's own that the config names is not among the subclasses it lists
+(``--model.help mymodule.MyMethod`` shows that class's arguments).
 """
 
 from __future__ import annotations
@@ -53,11 +55,20 @@ SHIPPED_CLASSES = {
 
 
 def versions() -> str:
-    """The dependencies whose versions the texts depend on (the parser's own, and torch's
-    ``nn.Module`` subclasses that a generator's help lists)."""
-    from importlib.metadata import version
+    """What the texts depend on: Python (argparse's layout), the parser's packages (the
+    descriptions come through docstring-parser), and torch (the ``nn.Module`` subclasses a
+    generator's help lists)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return " ".join(f"{p} {version(p)}" for p in ("lightning", "jsonargparse", "torch"))
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "none"
+
+    packages = ("lightning", "jsonargparse", "docstring-parser", "torch")
+    python = "python {}.{}".format(*sys.version_info[:2])
+    return " ".join([python, *(f"{p} {installed(p)}" for p in packages)])
 
 
 def request(args: Sequence[str]) -> list[str] | None:
@@ -70,7 +81,7 @@ def request(args: Sequence[str]) -> list[str] | None:
         if flag in ("--model.help", "--data.help"):
             if not eq:
                 name = args[i + 1] if i + 1 < len(args) else ""
-            return [flag, name] if name else None
+            return [flag, name] if name and not name.startswith("-") else None
     return None
 
 
@@ -129,11 +140,15 @@ def write_shipped() -> None:
 
 
 def shipped_texts() -> dict:
-    """The shipped file: ``{"versions": ..., "texts": {key: text}}``."""
+    """The shipped file: ``{"versions": ..., "texts": {key: text}}`` (empty when it is missing
+    or unreadable: the texts are then built)."""
     from lightning_dpot.resources import resource_root
 
-    with gzip.open(resource_root() / SHIPPED, "rt", encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with gzip.open(resource_root() / SHIPPED, "rt", encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"versions": None, "texts": {}}
 
 
 def text(args: list[str]) -> str:
@@ -141,7 +156,7 @@ def text(args: list[str]) -> str:
     key = _shipped_key(args)
     if key is not None:
         shipped = shipped_texts()
-        if shipped["versions"] == versions():
+        if shipped["versions"] == versions() and key in shipped["texts"]:
             return shipped["texts"][key]
     package = Path(__file__).resolve().parents[1]
     stamp = max(p.stat().st_mtime_ns for p in package.rglob("*.py"))
@@ -155,7 +170,9 @@ def text(args: list[str]) -> str:
     if key is not None or "." not in args[-1] or args[-1].startswith("lightning_dpot."):
         try:  # only the package's own classes: a user's module may change under the same key
             cache.mkdir(parents=True, exist_ok=True)
-            path.write_text(built)
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(built)
+            os.replace(partial, path)  # whole or absent, for a second process reading it
         except OSError:  # a read-only home: print without caching
             pass
     return built

@@ -69,8 +69,8 @@ class Column:
                 # spelling is lost, so the declaration is refused rather than guessed.
                 raise ValueError(
                     f"columns.{name}.categories {list(spec['categories'])!r} were read as "
-                    "booleans (YAML reads unquoted yes/no/on/off/true/false so): quote them, "
-                    "e.g. ['no', 'yes']"
+                    "booleans (YAML reads unquoted yes/no/on/off/true/false so): quote them "
+                    "as the cells spell them, e.g. ['no', 'yes'] or ['False', 'True']"
                 )
             categories = tuple(str(c) for c in spec["categories"])
             if len(categories) < 2 or len(set(categories)) != len(categories):

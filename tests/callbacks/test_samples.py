@@ -165,6 +165,20 @@ def test_sample_rows_is_refused_before_a_release_of_data_that_is_not_a_table(tmp
     assert not (tmp_path / "c").exists() or not list((tmp_path / "c").rglob("*.pt"))
 
 
+def test_sample_rows_refuses_records_that_are_not_the_tables_width(tmp_path):
+    from lightning_dpot.data import Table
+
+    (tmp_path / "t.csv").write_text("age,smoker\n30,no\n")
+    table = Table(str(tmp_path / "t.csv"), {"age": {"low": 0, "high": 120},
+                                             "smoker": {"categories": ["no", "yes"]}})  # fmt: skip
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(source=table))
+    module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(5,), hidden=(8,)))
+    with pytest.raises(ValueError, match=re.escape("of shape (5,), the table encodes (3,)")):
+        SampleRows().check_before_release(trainer, module)
+    fitting = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(3,), hidden=(8,)))
+    SampleRows().check_before_release(trainer, fitting)
+
+
 def test_images_to_grid_maps_minus_one_one_to_zero_one():
     grid = images_to_grid(torch.tensor([-1.0, 1.0]).repeat(2, 1, 1, 1).reshape(2, 1, 1, 2))
     assert grid.min() == 0.0 and grid.max() == 1.0
