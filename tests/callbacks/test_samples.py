@@ -126,9 +126,8 @@ def test_fit_on_2d_records_saves_scatter_plots_of_the_same_points(tmp_path):
     assert callback.generate(module).shape == (50, 2)
 
 
-def test_other_record_shapes_are_refused_before_the_first_step(tmp_path):
-    """5-D tabular records: neither images nor points; one line naming the callback, what it
-    draws and the shape, before any step."""
+def _fit_5d_records(tmp_path, callback) -> L.Trainer:
+    """Fit a WGAN with ``callback`` on a local-DP release of 5-D records (a tensor file)."""
     torch.save({"x": torch.rand(64, 5) * 2 - 1}, tmp_path / "table.pt")
     dm = PrivatizedDataModule(
         TensorFile(str(tmp_path / "table.pt"), low=-1.0, high=1.0, test_fraction=0.25),
@@ -136,33 +135,31 @@ def test_other_record_shapes_are_refused_before_the_first_step(tmp_path):
     )  # fmt: skip
     trainer = L.Trainer(
         max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[SampleGrid()],
+        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[callback],
     )  # fmt: skip
     module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(5,), hidden=(8,)))
+    trainer.fit(module, datamodule=dm)
+    return trainer
+
+
+def test_other_record_shapes_are_refused_before_the_first_step(tmp_path):
+    """5-D tabular records: neither images nor points; one line naming the callback, what it
+    draws and the shape, before anything is released."""
     expected = (
         "SampleGrid draws image grids (records (C, H, W) with C in (1, 3)) and scatter plots "
         "(2-D records); EntropicWGAN generates records of shape (5,)"
     )
     with pytest.raises(ValueError, match=re.escape(expected)):
-        trainer.fit(module, datamodule=dm)
-    assert trainer.global_step == 0 and not list(tmp_path.glob("*.png"))
+        _fit_5d_records(tmp_path, SampleGrid())
+    assert not list(tmp_path.glob("*.png"))
+    assert [p.name for p in tmp_path.rglob("*.pt")] == ["table.pt"]  # no release cached
 
 
 def test_sample_rows_is_refused_before_a_release_of_data_that_is_not_a_table(tmp_path):
     """A tensor file writes no rows: refused before the local-DP release is drawn or cached."""
-    torch.save({"x": torch.rand(64, 5) * 2 - 1}, tmp_path / "table.pt")
-    dm = PrivatizedDataModule(
-        TensorFile(str(tmp_path / "table.pt"), low=-1.0, high=1.0, test_fraction=0.25),
-        "laplace", epsilon=5.0, batch_size=16, cache_dir=str(tmp_path / "c"),
-    )  # fmt: skip
-    trainer = L.Trainer(
-        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=str(tmp_path), callbacks=[SampleRows()],
-    )  # fmt: skip
-    module = EntropicWGAN(MLPGenerator(latent_dim=2, output_shape=(5,), hidden=(8,)))
     with pytest.raises(ValueError, match="SampleRows writes rows of a table .* is TensorFile"):
-        trainer.fit(module, datamodule=dm)
-    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").rglob("*.pt"))
+        _fit_5d_records(tmp_path, SampleRows())
+    assert [p.name for p in tmp_path.rglob("*.pt")] == ["table.pt"]  # no release cached
 
 
 def test_sample_rows_refuses_records_that_are_not_the_tables_width(tmp_path):
