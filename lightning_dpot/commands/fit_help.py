@@ -5,8 +5,9 @@ so the texts it prints for ``dpot fit --help`` and for ``--model.help NAME`` / `
 NAME`` of the package's methods and data modules ship with the package
 (``resources/fit_help.json.gz``). Each was written by a fresh ``dpot`` process
 (``write_shipped``: the parser lists the subclasses imported so far, so the process state
-matters), and is printed when the installed Lightning, jsonargparse and torch are the versions
-it was written with; a test checks them against a fresh process. Any other help request, or
+matters), and is printed when the installed Python, Lightning, jsonargparse, docstring-parser
+and torch are the versions it was written with (``versions``); a test checks them against a
+fresh process. Any other help request, or
 other versions, runs the parser and keeps its text in a per-user cache, keyed by the request,
 the package files' times, the versions and the terminal's width.
 
