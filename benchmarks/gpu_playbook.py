@@ -94,6 +94,7 @@ import torch  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
 from lightning_dpot.callbacks import TrainingRngStream  # noqa: E402
+from lightning_dpot.compare.published import PublishedResult, published_table  # noqa: E402
 from lightning_dpot.compare.runner import (  # noqa: E402
     cell_fingerprint,
     run_cell,
@@ -117,23 +118,16 @@ METHODS = ("dp_sinkhorn", "dpswflow_r")
 AUTOENCODER = "autoencoder"
 SOURCE = "fashion_mnist"
 
+#: The papers' Fashion-MNIST numbers at (ε, δ) = (10, 1e-5), from the suites' one table
+#: (``configs/compare/published/fashion_mnist.yaml``, named by the suite).
+PUBLISHED = {entry.method: entry for entry in load_suite(SUITE).published}
 #: The papers' training lengths: the cap of each ladder.
-PAPER_STEPS = {"dp_sinkhorn": 280_000, "dpswflow_r": 35 * 120}
+PAPER_STEPS = {method: PUBLISHED[method].steps for method in METHODS}
 #: The methods ``--single-run`` continues across jobs (DPSWflow-r reaches its paper length in
 #: one short loan).
 SINGLE_RUN_METHODS = ("dp_sinkhorn",)
 #: The autoencoder of Sebag et al. 2023, App. C.1: 30 epochs on the public half.
 PAPER_AUTOENCODER_EPOCHS = 30
-#: Published Fashion-MNIST numbers at (ε, δ) = (10, 1e-5), for the table and the plot.
-PUBLISHED = {
-    "dp_sinkhorn": {
-        "reference": "Cao et al. 2021, Table 1",
-        "steps": 280_000,
-        "fid_inception": 128.3,
-        "cnn_accuracy": 0.711,
-    },
-    "dpswflow_r": {"reference": "Sebag et al. 2023", "fid_inception": 88.0},
-}
 
 RESERVE_SHARE = 0.15  # of the budget, kept back from the plan
 AUTOENCODER_SHARE = 1 / 6  # of the budget, at most, for the autoencoder's epochs
@@ -730,7 +724,7 @@ class Playbook:
             "reused_runs": sorted(self.reused),
             "skipped_runs": self.skipped,
             "failed_runs": self.failed,
-            "published": PUBLISHED,
+            "published": [dataclasses.asdict(entry) for entry in PUBLISHED.values()],
         }
         (self.out / "results.md").write_text(markdown(summary))
         plot(runs, self.out / "accuracy_vs_steps.png")
@@ -914,7 +908,7 @@ class Playbook:
             "reused_runs": [],
             "skipped_runs": [],
             "failed_runs": [],
-            "published": PUBLISHED,
+            "published": [dataclasses.asdict(entry) for entry in PUBLISHED.values()],
         }
         (self.out / "results.md").write_text(markdown(summary))
         plot([result], self.out / "accuracy_vs_steps.png")
@@ -1008,13 +1002,10 @@ def markdown(summary: dict) -> str:
             f"| {_cell(utility.get('cnn'))} | {1e3 * run['step_seconds']:.1f} "
             f"| {run['fit_seconds']:.1f} | {run['evaluate_seconds']:.1f} |"
         )
-    dps, flow = summary["published"]["dp_sinkhorn"], summary["published"]["dpswflow_r"]
-    lines += [
-        "",
-        f"Published at ε = 10: DP-Sinkhorn {dps['steps']:,} steps, FID {dps['fid_inception']} "
-        f"(Inception), CNN {dps['cnn_accuracy']:.1%} ({dps['reference']}); DPSWflow-r FID "
-        f"{flow['fid_inception']} ({flow['reference']}).",
-    ]
+    published = tuple(PublishedResult(**entry) for entry in summary["published"])
+    lines += ["", *published_table(published, (), longest_runs(summary))]
+    lengths = ", ".join(f"{e.method} {e.steps:,}" for e in published if e.steps is not None)
+    lines.append(f"This suite: the longest run of each method. Published steps: {lengths}.")
     if summary["skipped_runs"]:
         names = ", ".join(s["run"] for s in summary["skipped_runs"])
         lines += ["", f"Skipped (predicted cost above the time left): {names}."]
@@ -1024,6 +1015,21 @@ def markdown(summary: dict) -> str:
             f"Failed: {failure['run']}: {failure['error']} (errors/{failure['run']}.txt).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def longest_runs(summary: dict) -> list[dict]:
+    """The longest run of each method as the rows ``published_table`` reads (every metric a
+    (value, spread) pair: one run, no spread)."""
+    epsilon, rows = summary["target"]["epsilon"], {}
+    for run in sorted(summary["runs"], key=lambda r: r["steps"]):
+        metrics = {k: run["metrics"][k] for k in ("fd_classifier", "fid") if k in run["metrics"]}
+        metrics |= {f"utility_{k}": v for k, v in (run["metrics"].get("utility") or {}).items()}
+        rows[run["method"]] = {
+            "method": run["method"],
+            "target_epsilon": epsilon,
+            "metrics": {k: (v, None) for k, v in metrics.items() if v is not None},
+        }
+    return list(rows.values())
 
 
 def plot(runs: list[dict], path: Path) -> None:
@@ -1045,11 +1051,13 @@ def plot(runs: list[dict], path: Path) -> None:
         fd = [r["metrics"].get("fid", r["metrics"].get("fd_classifier")) for r in mine]
         if any(v is not None for v in fd):
             fd_ax.plot(steps, fd, marker="o", label=method)
-    published = PUBLISHED["dp_sinkhorn"]
-    acc_ax.plot(
-        [published["steps"]], [published["cnn_accuracy"]], marker="*", markersize=12,
-        linestyle="none", color="black", label="DP-Sinkhorn CNN, Cao et al. 2021",
-    )  # fmt: skip
+    for published in PUBLISHED.values():
+        cnn = published.metrics.get("utility_cnn")
+        if cnn is not None and published.steps is not None:
+            acc_ax.plot(
+                [published.steps], [cnn], marker="*", markersize=12, linestyle="none",
+                color="black", label=f"{published.method} CNN, {published.reference}",
+            )  # fmt: skip
     acc_ax.set(xscale="log", xlabel="training steps", ylabel="accuracy on the real test split")
     acc_ax.set_title("downstream accuracy, target ε = 10")
     inception = any("fid" in r["metrics"] for r in runs)

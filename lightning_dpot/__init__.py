@@ -34,6 +34,7 @@ _EXPORTS = {
     "GaussianMixture2D": "lightning_dpot.data",
     "HalfCircle": "lightning_dpot.data",
     "ImageFolder": "lightning_dpot.data",
+    "LedgerSettings": "lightning_dpot.data",
     "MNIST": "lightning_dpot.data",
     "Rectangle": "lightning_dpot.data",
     "TensorFile": "lightning_dpot.data",

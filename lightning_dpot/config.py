@@ -4,8 +4,8 @@
 command line's ``--config FILE`` so that LightningCLI reads the composed config (the arguments
 after it still override it). A ``configs/...`` or ``callbacks/...`` path that names no file on
 disk is read from the copy installed with the package (``lightning_dpot.resources``). Both
-refuse a key of ``RENAMED_KEYS`` with one line naming its new name. Plain YAML, no Lightning:
-this module sits below everything that runs.
+refuse a key of ``RENAMED_KEYS`` or ``MOVED_DATA_KEYS`` with one line naming its new place.
+Plain YAML, no Lightning: this module sits below everything that runs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,18 @@ BASE_KEY = "__base__"
 #: ratio of a Sinkhorn solve is ``scaling``.
 RENAMED_KEYS = {"noise_sigma": "noise_scale", "sinkhorn_scaling": "scaling"}
 
+#: Data-module arguments gathered into a group (``LedgerSettings``, ``WaveletDenoising``):
+#: the old key → where it is now, relative to the data module's arguments.
+MOVED_DATA_KEYS = {
+    "privacy_budget": "ledger.budget",
+    "exceed_privacy_budget": "ledger.exceed_budget",
+    "ledger_dir": "ledger.dir",
+    "public_reuse": "ledger.public_reuse",
+    "denoise_wavelet": "denoise.init_args.wavelet",
+}
+#: ``denoise: wavelet`` as it was written before the denoiser became an object.
+DENOISER = "lightning_dpot.data.WaveletDenoising"
+
 
 def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
     """Refuse any key of ``RENAMED_KEYS`` in ``config`` (nested mappings and lists), naming
@@ -33,25 +45,55 @@ def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
         ValueError: ``[config=FILE: ]<path.to.key> was renamed to <new key>``.
     """
     if isinstance(config, dict):
+        prefix = f"config={source!r}: " if source else ""
+        data_args = _is_data_arguments(where)
         for key, value in config.items():
             here = f"{where}.{key}" if where else str(key)
             if key in RENAMED_KEYS:
-                prefix = f"config={source!r}: " if source else ""
                 raise ValueError(f"{prefix}{here} was renamed to {RENAMED_KEYS[key]}")
+            if data_args and key in MOVED_DATA_KEYS:
+                raise ValueError(f"{prefix}{here} moved to {where}.{MOVED_DATA_KEYS[key]}")
+            if data_args and key == "denoise" and isinstance(value, str):
+                raise ValueError(
+                    f"{prefix}{here}: the denoiser is an object now, "
+                    f"{here}: {{class_path: WaveletDenoising, init_args: {{wavelet: db4}}}}"
+                )
             check_renamed_keys(value, source, here)
     elif isinstance(config, list):
         for index, value in enumerate(config):
             check_renamed_keys(value, source, f"{where}[{index}]")
 
 
-def migrate_renamed_keys(config: Any) -> Any:
-    """``config`` with every key of ``RENAMED_KEYS`` under its new name: for reading the
-    ``config.yaml`` a run of an earlier version saved (a new config is refused instead)."""
-    if isinstance(config, dict):
-        return {RENAMED_KEYS.get(k, k): migrate_renamed_keys(v) for k, v in config.items()}
+def _is_data_arguments(where: str) -> bool:
+    """Whether the mapping at ``where`` holds a data module's arguments."""
+    return where == "data" or where.endswith((".data", "data.init_args"))
+
+
+def migrate_renamed_keys(config: Any, where: str = "") -> Any:
+    """``config`` with every key of ``RENAMED_KEYS`` under its new name and every key of
+    ``MOVED_DATA_KEYS`` in its group: for reading the ``config.yaml`` a run of an earlier
+    version saved (a new config is refused instead)."""
     if isinstance(config, list):
-        return [migrate_renamed_keys(v) for v in config]
-    return config
+        return [migrate_renamed_keys(v, where) for v in config]
+    if not isinstance(config, dict):
+        return config
+    out = {
+        RENAMED_KEYS.get(k, k): migrate_renamed_keys(v, f"{where}.{k}" if where else str(k))
+        for k, v in config.items()
+    }
+    if not _is_data_arguments(where):
+        return out
+    wavelet = out.pop("denoise_wavelet", "db4")
+    if isinstance(out.get("denoise"), str):
+        out["denoise"] = {"class_path": DENOISER, "init_args": {"wavelet": wavelet}}
+    ledger = {
+        new.partition(".")[2]: out.pop(old)
+        for old, new in MOVED_DATA_KEYS.items()
+        if new.startswith("ledger.") and old in out
+    }
+    if ledger:
+        out["ledger"] = {**(out.get("ledger") or {}), **ledger}
+    return out
 
 
 def compose_config(path: str | os.PathLike, *, migrate: bool = False) -> dict[str, Any]:
@@ -142,9 +184,12 @@ def with_composed_configs(args: Sequence[str]) -> list[str]:
 
     out = list(args)
     for arg in out:
-        key = arg.removeprefix("--").partition("=")[0].rpartition(".")[2]
+        flag = arg.partition("=")[0]
+        where, _, key = flag.removeprefix("--").rpartition(".")
         if arg.startswith("--") and key in RENAMED_KEYS:
-            raise ValueError(f"{arg.partition('=')[0]} was renamed to {RENAMED_KEYS[key]}")
+            raise ValueError(f"{flag} was renamed to {RENAMED_KEYS[key]}")
+        if arg.startswith("--") and _is_data_arguments(where) and key in MOVED_DATA_KEYS:
+            raise ValueError(f"{flag} moved to --{where}.{MOVED_DATA_KEYS[key]}")
     for i, arg in enumerate(out):  # a packaged callback file: --trainer.callbacks+=callbacks/…
         flag, eq, value = arg.partition("=")
         if eq and flag.startswith("--") and value.endswith((".yaml", ".yml")):

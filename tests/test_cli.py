@@ -116,6 +116,62 @@ def test_a_renamed_key_is_refused_with_its_new_name(tmp_path, capsys, old, new):
 
 
 @pytest.mark.parametrize(
+    ("old", "value", "new"),
+    [
+        ("privacy_budget", 4.0, "ledger.budget"),
+        ("exceed_privacy_budget", True, "ledger.exceed_budget"),
+        ("ledger_dir", "/tmp/ledger", "ledger.dir"),
+        ("public_reuse", "allow", "ledger.public_reuse"),
+        ("denoise_wavelet", "haar", "denoise.init_args.wavelet"),
+    ],
+)
+def test_a_data_argument_moved_into_its_group_is_refused_with_its_new_place(
+    tmp_path, capsys, old, value, new
+):
+    """In a config file, in a fragment a config composes, and on the command line; a saved
+    run's config is read with the key in its group."""
+    fragment = tmp_path / "fragment.yaml"
+    fragment.write_text(yaml.safe_dump({"data": {"init_args": {old: value}}}))
+    composed = tmp_path / "composed.yaml"
+    composed.write_text(yaml.safe_dump({"__base__": "fragment.yaml", "trainer": {}}))
+    for args, line_has in (
+        (["fit", "--config", str(fragment)], f"data.init_args.{old} moved to data.init_args.{new}"),
+        (["fit", "--config", str(composed)], f"data.init_args.{old} moved to data.init_args.{new}"),
+        (["fit", f"--data.init_args.{old}={value}"], f"moved to --data.init_args.{new}"),
+        (["fit", f"--data.{old}", str(value)], f"--data.{old} moved to --data.{new}"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line_has in line, line
+    group, _, key = new.partition(".")
+    migrated = compose_config(composed, migrate=True)["data"]["init_args"]
+    assert old not in migrated
+    if group == "ledger":
+        assert migrated == {"ledger": {key: value}}
+    else:  # denoise_wavelet alone (without denoise) is dropped: it named no denoiser
+        assert migrated == {}
+
+
+def test_a_saved_denoise_string_is_read_as_the_denoiser_object(tmp_path, capsys):
+    saved = tmp_path / "config.yaml"
+    saved.write_text(
+        yaml.safe_dump({"data": {"init_args": {"denoise": "wavelet", "denoise_wavelet": "haar"}}})
+    )
+    assert compose_config(saved, migrate=True)["data"]["init_args"] == {
+        "denoise": {
+            "class_path": "lightning_dpot.data.WaveletDenoising",
+            "init_args": {"wavelet": "haar"},
+        }
+    }
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(saved)])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "data.init_args.denoise: the denoiser is an object now" in line, line
+
+
+@pytest.mark.parametrize(
     ("extra", "expected"),
     [
         (

@@ -252,6 +252,30 @@ def test_published_numbers_sit_beside_the_same_metric_only(tmp_path):
     assert "| image size |" in table
 
 
+def test_the_suites_read_one_published_table_each_for_its_own_methods(tmp_path):
+    from lightning_dpot.compare.published import load_published
+
+    table = load_published("configs/compare/published/fashion_mnist.yaml")
+    suites = [
+        load_suite(REPO / "configs" / "compare" / f"{name}.yaml")
+        for name in ("fashion_cpu", "fashion_full", "fashion_gpu_playbook")
+    ]
+    for suite in suites:
+        assert suite.published == tuple(e for e in table if e.method in suite.methods)
+    assert [e.method for e in suites[2].published] == ["dp_sinkhorn", "dpswflow_r"]
+    assert {e.method: e.steps for e in table if e.steps} == {
+        "dp_sinkhorn": 280_000, "dpswflow_r": 4_200,
+    }  # fmt: skip
+    bad = tmp_path / "published.yaml"
+    bad.write_text(
+        "published: [{method: m, reference: R, epsilon: 1, metrics: {fid: 1}, steps: 0}]\n"
+    )
+    with pytest.raises(ValueError, match=r"published\[0\].steps must be a whole number > 0"):
+        load_published(bad)
+    with pytest.raises(ValueError, match="must be a file with a `published:` list"):
+        load_published(tmp_path / "missing.yaml")
+
+
 def test_markdown_groups_by_notion_with_the_reason(tmp_path):
     suite = load_suite(REPO / "configs" / "compare" / "two_d.yaml")
     row = {

@@ -185,7 +185,7 @@ class RunRecord:
             "all_releases_of_these_records": datamodule.ledger_total().as_dict(),
             "composition": "basic (sum of epsilons and deltas), worst record",
             "keying": datamodule.ledger_keying,
-            "privacy_budget": datamodule.privacy_budget,
+            "privacy_budget": datamodule.ledger_settings.budget,
             "path": str(datamodule.ledger.path),
         }
 

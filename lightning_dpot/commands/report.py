@@ -128,7 +128,7 @@ def summary(run_dir: str | Path, max_files: int = 12) -> str:
     if ledger.get("path"):
         lines.append(
             f"privacy ledger: {ledger['path']} (every release of these records; set by "
-            "$DPOT_LEDGER_DIR or the data module's ledger_dir)"
+            "$DPOT_LEDGER_DIR or the data module's ledger.dir)"
         )
     metrics = report.get("metrics") or {}
     if metrics:

@@ -11,6 +11,11 @@ A suite may state, under ``published``, numbers from the literature for its meth
     differences:
       - [image size, 28x28, 32x32 (padded)]    # [aspect, the papers, this suite]
 
+``published`` may instead name a table file shared by several suites (relative to the suite,
+a mapping whose ``published`` is such a list), ``published: published/fashion_mnist.yaml``:
+the suite shows the entries of its own methods. An entry may say how many training ``steps``
+the published run took.
+
 Metric keys are the suite's own (``utility_cnn``, ``utility_mlp``, ``utility_logreg``,
 ``fd_classifier``, ``fid``, ``w2``...); a published metric the suite does not measure is shown
 beside "not measured", never beside another metric (a classifier FD is not an FID).
@@ -20,9 +25,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-__all__ = ["PublishedResult", "parse_differences", "parse_published", "published_table"]
+import yaml
+
+from lightning_dpot.resources import resolve_path
+
+__all__ = [
+    "PublishedResult",
+    "load_published",
+    "parse_differences",
+    "parse_published",
+    "published_table",
+]
 
 #: Display names of the metric keys a published entry may use.
 METRIC_TITLES = {
@@ -39,30 +55,51 @@ METRIC_TITLES = {
 @dataclass(frozen=True)
 class PublishedResult:
     """One published run: the suite method it sits beside, where it is from, its ε, its
-    numbers."""
+    numbers, and its training length where the paper states it."""
 
     method: str
     reference: str
     epsilon: float
     metrics: dict[str, float]
     note: str = ""
+    steps: int | None = None
 
 
-def parse_published(raw: Any, methods: dict[str, Any]) -> tuple[PublishedResult, ...]:
-    """``published`` entries, checked: a known method, a reference, ε > 0, known metric keys
-    with finite values. Raises ``ValueError`` naming the entry and the key."""
+def load_published(path: str | Path) -> tuple[PublishedResult, ...]:
+    """Every entry of a published-numbers table file (``published:`` list), checked as
+    ``parse_published`` checks a suite's, for any method name."""
+    path = Path(resolve_path(str(path)))
+    raw = yaml.safe_load(path.read_text()) if path.is_file() else None
+    if not isinstance(raw, dict) or "published" not in raw:
+        raise ValueError(f"published={str(path)!r} must be a file with a `published:` list")
+    try:
+        return parse_published(raw["published"], None)
+    except ValueError as err:
+        raise ValueError(f"published={str(path)!r}: {err}") from None
+
+
+def parse_published(
+    raw: Any, methods: dict[str, Any] | None, folder: Path | None = None
+) -> tuple[PublishedResult, ...]:
+    """``published`` entries, checked: a method of ``methods`` (any name with ``None``), a
+    reference, ε > 0, known metric keys with finite values, a whole number of ``steps`` > 0.
+    A table file's name (``raw`` a string, relative to ``folder``) gives its entries for
+    ``methods``. Raises ``ValueError`` naming the entry and the key."""
     if raw is None:
         return ()
+    if isinstance(raw, str):
+        table = load_published(raw if folder is None else folder / raw)
+        return tuple(e for e in table if methods is None or e.method in methods)
     if not isinstance(raw, list):
         raise ValueError("published must be a list of {method, reference, epsilon, metrics}")
     entries = []
     for i, entry in enumerate(raw):
         where = f"published[{i}]"
         if not isinstance(entry, dict) or set(entry) - {
-            "method", "reference", "epsilon", "metrics", "note"
+            "method", "reference", "epsilon", "metrics", "note", "steps"
         }:  # fmt: skip
             raise ValueError(f"{where} must be a mapping of method, reference, epsilon, metrics")
-        if entry.get("method") not in methods:
+        if methods is not None and entry.get("method") not in methods:
             raise ValueError(
                 f"{where}.method={entry.get('method')!r} is not a method of the suite "
                 f"{sorted(methods)}"
@@ -81,6 +118,11 @@ def parse_published(raw: Any, methods: dict[str, Any]) -> tuple[PublishedResult,
                 raise ValueError(f"{where}.metrics.{key}: unknown metric; known: {known}")
             if not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{where}.metrics.{key} must be a finite number, got {value!r}")
+        steps = entry.get("steps")
+        if steps is not None and (
+            not isinstance(steps, int) or isinstance(steps, bool) or steps < 1
+        ):
+            raise ValueError(f"{where}.steps must be a whole number > 0, got {steps!r}")
         entries.append(
             PublishedResult(
                 entry["method"],
@@ -88,6 +130,7 @@ def parse_published(raw: Any, methods: dict[str, Any]) -> tuple[PublishedResult,
                 float(epsilon),
                 {k: float(v) for k, v in metrics.items()},
                 str(entry.get("note", "")),
+                steps,
             )  # fmt: skip
         )
     return tuple(entries)
@@ -112,8 +155,8 @@ def _ours(rows: list[dict], method: str, epsilon: float, key: str) -> str:
             value = row["metrics"].get(key)
             if value is None:
                 return "not measured"
-            mean, std = value
-            return f"{mean:.3g} ± {std:.2g}"
+            mean, std = value  # a single run has no spread (``None``)
+            return f"{mean:.3g}" if std is None else f"{mean:.3g} ± {std:.2g}"
     return "not run"
 
 

@@ -21,6 +21,7 @@ A suite file (``configs/compare/<suite>.yaml``) reads::
       autoencoder: {config: mnist_shipped/autoencoder.yaml, set: {...}}
     evaluation: {num_samples: 2000, w2: {subsample: 200, repeats: 10}, manifold: true}
     published: [...]            # optional: numbers from the papers, shown beside the suite's
+                                # (or a shared table file: published/fashion_mnist.yaml)
     differences: [...]          # optional: [aspect, the papers, this suite] rows
                                 # (``lightning_dpot.compare.published``)
 
@@ -247,7 +248,7 @@ def load_suite(path: str | Path) -> Suite:
     except ValueError as err:
         raise _fail(path, f"evaluation: {err}") from None
     try:
-        published = parse_published(raw.get("published"), methods)
+        published = parse_published(raw.get("published"), methods, path.parent)
         differences = parse_differences(raw.get("differences"))
     except ValueError as err:
         raise _fail(path, str(err)) from None

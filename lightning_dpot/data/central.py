@@ -59,8 +59,8 @@ from lightning_dpot.checks import (
     check_probability,
 )
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
-from lightning_dpot.data.ledger_public import PublicReuse, source_part
+from lightning_dpot.data.ledger import CentralRunLedger, LedgerSettings, RecordKeys
+from lightning_dpot.data.ledger_public import source_part
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.sources import DataSource, check_source_splits
 from lightning_dpot.data.tensor_batches import TensorBatches
@@ -89,23 +89,18 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
             ``setup``, and gather each batch there (module docstring). Without a trainer
             they stay on the host. Default ``False``: batches are gathered on the host and the
             trainer copies them.
-        privacy_budget: total ε the raw records may spend over every release ever made from
-            them (``lightning_dpot.data.ledger``); a run whose target would pass it is
-            refused when the privacy accountant opens its ledger entry.
-        exceed_privacy_budget: run even if the total passes ``privacy_budget``.
-        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
-            ``~/.local/share/lightning_dpot/ledger``).
-        public_reuse: ``"refuse"`` (default): a run is refused when the ledger holds one of
-            its training records as used without noise (a DPSW public split, a held-out
-            split), or one of its held-out records as privately released. ``"allow"`` runs
-            anyway, and the ledger says so.
+        ledger: the privacy ledger's settings (``LedgerSettings``: ``dir``, ``budget``,
+            ``exceed_budget``, ``public_reuse``). A run whose target would take its records
+            past ``budget`` is refused when the privacy accountant opens its ledger entry; with
+            ``public_reuse="refuse"`` (the default) a run is refused when the ledger holds one
+            of its training records as used without noise (a DPSW public split, a held-out
+            split), or one of its held-out records as privately released.
 
     Raises:
         ValueError: naming the parameter: both or neither of ``sample_rate`` and
             ``expected_batch_size``, ``sample_rate`` outside (0, 1], ``expected_batch_size``,
-            ``steps_per_epoch`` or ``privacy_budget`` not > 0, a negative ``seed`` or
-            ``num_workers``, ``num_workers`` > 0 with ``device_resident``, ``public_reuse`` not
-            ``"refuse"`` or ``"allow"``. At
+            ``steps_per_epoch`` not > 0, a negative ``seed`` or ``num_workers``,
+            ``num_workers`` > 0 with ``device_resident``. At
             ``setup``: non-finite or out-of-bounds records or bad labels; at
             ``train_dataloader``: ``expected_batch_size`` > N.
 
@@ -129,10 +124,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         steps_per_epoch: int | None = None,
         seed: int | None = None,
         num_workers: int = 0,
-        privacy_budget: float | None = None,
-        exceed_privacy_budget: bool = False,
-        ledger_dir: str | None = None,
-        public_reuse: PublicReuse = "refuse",
+        ledger: LedgerSettings | None = None,
         device_resident: bool = False,
     ) -> None:
         super().__init__()
@@ -168,7 +160,7 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         self.train_labels: Tensor | None = None
         self.test_records: Tensor | None = None
         self.test_labels: Tensor | None = None
-        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir, public_reuse)
+        self.init_ledger(ledger)
 
     @override
     def private_record_keys(self) -> RecordKeys:

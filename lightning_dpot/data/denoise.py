@@ -133,49 +133,54 @@ def wavelet_denoise(
 
 
 class WaveletDenoising:
-    """The data modules' ``denoise="wavelet"``: the release → images (inverse record transform)
-    → ``wavelet_denoise`` with the mechanism's public noise std, clipped to the declared
-    bounds → forward transform. Post-processing: the release and its cache file are left as they
-    are; training reads the result.
+    """The data modules' ``denoise``: the release → images (inverse record transform) →
+    ``wavelet_denoise`` with the mechanism's public noise std, clipped to the declared bounds →
+    forward transform. Post-processing: the release and its cache file are left as they are;
+    training reads the result. In a config::
+
+        denoise: {class_path: WaveletDenoising, init_args: {wavelet: db4}}
+
+    Args:
+        wavelet: a discrete PyWavelets wavelet (``pywt.wavelist(kind="discrete")``).
 
     Raises:
-        ValueError: ``denoise`` other than ``None``/``"wavelet"``, a ``wavelet`` PyWavelets
-            does not have, or a non-identity ``transform`` (the release must hold images)."""
+        ValueError: a ``wavelet`` PyWavelets does not have.
 
-    def __init__(self, wavelet: str = "db4", transform: str | None = None) -> None:
+    Example::
+
+        >>> from lightning_dpot.data import WaveletDenoising
+        >>> WaveletDenoising("haar").wavelet
+        'haar'
+    """
+
+    def __init__(self, wavelet: str = "db4") -> None:
         import pywt
 
         if wavelet not in pywt.wavelist(kind="discrete"):
             raise ValueError(
-                "denoise_wavelet must be a discrete PyWavelets wavelet "
+                "denoise.wavelet must be a discrete PyWavelets wavelet "
                 f"(pywt.wavelist(kind='discrete')), got {wavelet!r}"
-            )
-        if transform is not None and transform != "identity":
-            raise ValueError(
-                f"denoise='wavelet' needs transform='identity' (the release must hold images), "
-                f"got transform={transform!r}"
             )
         self.wavelet = wavelet
 
-    @classmethod
-    def from_arguments(
-        cls, denoise: str | None, wavelet: str, transform: str | None
-    ) -> WaveletDenoising | None:
-        """The denoiser a data module's ``denoise`` / ``denoise_wavelet`` ask for, or ``None``;
-        ``transform`` is the record transform where known before the release is read."""
-        if denoise is None:
-            return None
-        if denoise != "wavelet":
-            raise ValueError(f"denoise must be None or 'wavelet', got {denoise!r}")
-        return cls(wavelet, transform)
+    @staticmethod
+    def check_transform(transform: str) -> None:
+        """Refuse a record ``transform`` other than the identity: the release must hold
+        images. Called before any release."""
+        if transform != "identity":
+            raise ValueError(
+                f"denoise: WaveletDenoising needs transform='identity' (the release must hold "
+                f"images), got transform={transform!r}"
+            )
 
     def __call__(
         self, release: Tensor, transform: Any, noise_std: float, low: float, high: float
     ) -> Tensor:
         if transform.name != "identity" or len(transform.sample_shape) != 3:
             raise ValueError(
-                "denoise='wavelet' needs an image release (C, H, W) with transform='identity', "
-                f"got transform={transform.name!r}, sample_shape={transform.sample_shape}"
+                "denoise: WaveletDenoising needs an image release (C, H, W) with transform="
+                f"'identity', got transform={transform.name!r}, "
+                f"sample_shape={transform.sample_shape}"
             )
         images = transform.inverse(release)
         denoised = wavelet_denoise(images, noise_std, self.wavelet, clip=(low, high))

@@ -62,12 +62,8 @@ from lightning_dpot.checks import (
     check_unit_ball,
 )
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import CentralRunLedger, RecordKeys
-from lightning_dpot.data.ledger_public import (
-    PublicReuse,
-    source_part,
-    split_part,
-)
+from lightning_dpot.data.ledger import CentralRunLedger, LedgerSettings, RecordKeys
+from lightning_dpot.data.ledger_public import source_part, split_part
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.replicated import replicated_loader
 from lightning_dpot.data.sources import DataSource, check_source_splits
@@ -151,24 +147,19 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         encode_batch_size: batch size of the (no-grad) encoding pass.
         seed: seed of the Poisson masks and of the without-replacement draws; ``None``
             (default) = secret, from the OS entropy pool (module docstring).
-        privacy_budget: total ε the private records may spend over every release ever made
-            from them (``lightning_dpot.data.ledger``); a run whose target would pass it is
-            refused when the privacy accountant opens its ledger entry.
-        exceed_privacy_budget: run even if the total passes ``privacy_budget``.
-        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
-            ``~/.local/share/lightning_dpot/ledger``).
-        public_reuse: ``"refuse"`` (default): a run is refused when the ledger holds one of
-            its private records as used without noise (another split's public part, a
-            held-out split), or one of its held-out records as privately released. The public
-            part of the same split is no reuse. ``"allow"`` runs anyway, and the ledger says
-            so.
+        ledger: the privacy ledger's settings (``LedgerSettings``: ``dir``, ``budget``,
+            ``exceed_budget``, ``public_reuse``). A run whose target would take its records
+            past ``budget`` is refused when the privacy accountant opens its ledger entry; with
+            ``public_reuse="refuse"`` (the default) a run is refused when the ledger holds one
+            of its private records as used without noise (a DPSW public split, a held-out
+            split), or one of its held-out records as privately released. The public part of
+            the same split is no reuse.
 
     Raises:
         ValueError: naming the parameter: ``autoencoder`` without ``autoencoder_checkpoint``
             or the reverse, an unknown ``normalize``, both ``sample_rate`` and ``batch_size``,
             ``sample_rate`` outside (0, 1], ``batch_size``, ``steps_per_epoch`` or
-            ``encode_batch_size`` < 1, a negative ``seed``, ``privacy_budget`` not > 0,
-            ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
+            ``encode_batch_size`` < 1, a negative ``seed``. At
             ``setup``: invalid records, a checkpoint without a split, or latents outside
             the unit ball.
         SplitMismatchError: at ``setup``, a split that differs from stage 1's (a
@@ -201,10 +192,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         normalize: Normalization = "sphere",
         encode_batch_size: int = 500,
         seed: int | None = None,
-        privacy_budget: float | None = None,
-        exceed_privacy_budget: bool = False,
-        ledger_dir: str | None = None,
-        public_reuse: PublicReuse = "refuse",
+        ledger: LedgerSettings | None = None,
     ) -> None:
         super().__init__()
         if (autoencoder is None) != (autoencoder_checkpoint is None):
@@ -251,7 +239,7 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         self.test_labels: Tensor | None = None
         if self.autoencoder is not None:
             self.autoencoder.requires_grad_(False)
-        self.init_ledger(privacy_budget, exceed_privacy_budget, ledger_dir, public_reuse)
+        self.init_ledger(ledger)
 
     @override
     def private_record_keys(self) -> RecordKeys:

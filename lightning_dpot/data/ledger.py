@@ -35,14 +35,16 @@ format: its digest changes).
 
 The total of a record is the basic composition of the releases that contain it,
 ``(Σ ε_i, Σ δ_i)`` (sequential composition, Dwork & Roth 2014, Thm. 3.16); the ledger reports
-the worst record's. A data module with ``privacy_budget`` refuses a new release that would take
-any record past it, unless ``exceed_privacy_budget=True`` says so explicitly. Check and append
+the worst record's. A data module whose ``ledger`` (``LedgerSettings``) sets a ``budget``
+refuses a new release that would take any record past it, unless ``exceed_budget=True`` says
+so explicitly. Check and append
 run under a file lock, so two processes cannot both pass the budget. Identical records share
 keys and are counted as one person (an over-count, never an under-count).
 
 Public uses add to no ε total; a total says how many of its records were used so. A private
 release of records used without noise, or a use without noise of privately released records,
-is refused before anything is released unless the data module says ``public_reuse="allow"``.
+is refused before anything is released unless the data module's ``ledger`` says
+``public_reuse="allow"``.
 Lines written before public uses existed read as releases, as they were written.
 
 The file itself is ``PrivacyLedger``, the record keys
@@ -54,7 +56,6 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from lightning_dpot.checks import check_epsilon
 from lightning_dpot.data.ledger_file import (
     BUDGET_REMEDY,
     LEDGER_ENV,
@@ -64,19 +65,15 @@ from lightning_dpot.data.ledger_file import (
     default_ledger_dir,
 )
 from lightning_dpot.data.ledger_keys import RecordKeys
-from lightning_dpot.data.ledger_public import (
-    PublicReuse,
-    PublicReuseError,
-    PublicUse,
-    check_public_reuse,
-    held_out_use,
-)
+from lightning_dpot.data.ledger_public import PublicReuseError, PublicUse, held_out_use
+from lightning_dpot.data.ledger_settings import LedgerSettings
 from lightning_dpot.data.sources import DataSource
 
 __all__ = [
     "BUDGET_REMEDY",
     "LEDGER_ENV",
     "CentralRunLedger",
+    "LedgerSettings",
     "LedgerTotal",
     "PrivacyBudgetError",
     "PrivacyLedger",
@@ -88,7 +85,7 @@ __all__ = [
 
 
 CENTRAL_REMEDY = (
-    "Raise privacy_budget, lower the run's target epsilon, or set exceed_privacy_budget=True to "
+    "Raise ledger.budget, lower the run's target epsilon, or set ledger.exceed_budget=True to "
     "spend it deliberately"
 )
 
@@ -104,25 +101,13 @@ class CentralRunLedger:
     """
 
     ledger: PrivacyLedger
-    privacy_budget: float | None
-    exceed_privacy_budget: bool
-    public_reuse: PublicReuse
+    ledger_settings: LedgerSettings
     source: DataSource
     test_records: Tensor | None
 
-    def init_ledger(
-        self,
-        privacy_budget: float | None,
-        exceed_privacy_budget: bool,
-        ledger_dir: str | None,
-        public_reuse: PublicReuse = "refuse",
-    ) -> None:
-        self.ledger = PrivacyLedger(ledger_dir)
-        self.privacy_budget = (
-            None if privacy_budget is None else check_epsilon("privacy_budget", privacy_budget)
-        )
-        self.exceed_privacy_budget = bool(exceed_privacy_budget)
-        self.public_reuse = check_public_reuse(public_reuse)
+    def init_ledger(self, settings: LedgerSettings | None) -> None:
+        self.ledger_settings = settings or LedgerSettings()
+        self.ledger = self.ledger_settings.open()
         self._private_keys: RecordKeys | None = None
 
     def private_record_keys(self) -> RecordKeys:
@@ -151,15 +136,15 @@ class CentralRunLedger:
         return self._ledger_keys().keying
 
     def ledger_open(self, epsilon: float, delta: float | None, facts: dict) -> str:
-        """Under the ledger lock, check ``privacy_budget`` and ``public_reuse`` for this run's
+        """Under the ledger lock, check the ``budget`` and ``public_reuse`` for this run's
         private records and its held-out split, enter the held-out split as a public use and
         append an entry at (``epsilon``, ``delta``), the most the run may spend (its target or
         planned ε), with the JSON-serializable ``facts``. Call before the first release, on
         global rank 0 only. Returns the entry id for ``ledger_settle``.
 
         Raises:
-            PrivacyBudgetError: a record's total ε would pass ``privacy_budget`` and
-                ``exceed_privacy_budget`` is False.
+            PrivacyBudgetError: a record's total ε would pass ``ledger.budget`` and
+                ``ledger.exceed_budget`` is False.
             PublicReuseError: ``public_reuse="refuse"`` and a private record was used without
                 noise before, or a held-out record was released privately before.
         """
@@ -173,10 +158,10 @@ class CentralRunLedger:
                 "partition": self.private_record_part(),
                 **facts,
             },
-            self.privacy_budget,
-            self.exceed_privacy_budget,
+            self.ledger_settings.budget,
+            self.ledger_settings.exceed_budget,
             CENTRAL_REMEDY,
-            self.public_reuse,
+            self.ledger_settings.public_reuse,
             self._held_out_uses(),
         )
 
@@ -186,7 +171,7 @@ class CentralRunLedger:
         return self.ledger.holds(entry_id, self._ledger_keys())
 
     def ledger_reopen(self, entry_id: str, epsilon: float, delta: float | None) -> None:
-        """Set a resumed run's entry back to the most it may spend, checking ``privacy_budget``
+        """Set a resumed run's entry back to the most it may spend, checking the ``budget``
         and ``public_reuse`` as ``ledger_open`` does (``PrivacyLedger.reopen``).
 
         Raises:
@@ -197,10 +182,10 @@ class CentralRunLedger:
             self._ledger_keys(),
             epsilon,
             delta,
-            self.privacy_budget,
-            self.exceed_privacy_budget,
+            self.ledger_settings.budget,
+            self.ledger_settings.exceed_budget,
             CENTRAL_REMEDY,
-            self.public_reuse,
+            self.ledger_settings.public_reuse,
             self._held_out_uses(),
         )
 

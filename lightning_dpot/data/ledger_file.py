@@ -42,7 +42,7 @@ __all__ = [
 
 LEDGER_ENV = "DPOT_LEDGER_DIR"
 
-BUDGET_REMEDY = "Raise privacy_budget, or set exceed_privacy_budget=True to spend it deliberately"
+BUDGET_REMEDY = "Raise ledger.budget, or set ledger.exceed_budget=True to spend it deliberately"
 
 
 def default_ledger_dir() -> Path:
@@ -245,7 +245,7 @@ class PrivacyLedger:
         )
         if budget is not None and after.epsilon > budget and not exceed:
             raise PrivacyBudgetError(
-                f"privacy_budget={budget!r}: some of these records were already released "
+                f"ledger.budget={budget!r}: some of these records were already released "
                 f"{before.releases} time(s) for a total epsilon={before.epsilon:.6g} (ledger "
                 f"{self.path}); a new release of epsilon={epsilon:.6g} would make it "
                 f"{after.epsilon:.6g}. {remedy}"

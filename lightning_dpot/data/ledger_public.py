@@ -10,8 +10,8 @@ no ε total; a total says how many of its records were used so
 
 A private run (a local-DP release, a central run's entry) on records the ledger holds as used
 in public, and a public use of records it holds as privately released, are refused before
-anything is released, unless the data module says ``public_reuse="allow"``. Parts of one
-source that share no record by construction (its training and held-out splits, the two halves
+anything is released, unless the data module's ``ledger`` says ``public_reuse="allow"``. Parts
+of one source that share no record by construction (its training and held-out splits, the two halves
 of one public/private split) are never in conflict: identical records in both (duplicates share
 keys) are not a reuse.
 """
@@ -53,7 +53,7 @@ class PublicReuseError(ValueError):
 def check_public_reuse(value: str) -> PublicReuse:
     """``value`` if it is ``"refuse"`` or ``"allow"``."""
     if value not in ("refuse", "allow"):
-        raise ValueError(f"public_reuse must be 'refuse' or 'allow', got {value!r}")
+        raise ValueError(f"ledger.public_reuse must be 'refuse' or 'allow', got {value!r}")
     return value  # type: ignore[return-value]
 
 
@@ -140,16 +140,16 @@ def reuse_error(
         listed += f"; {len(entries) - 2} more"
     if public:
         return PublicReuseError(
-            f"public_reuse='refuse': {count} of the {total} records of {what} were released "
-            f"privately before ({listed}; ledger {path}); using them without noise voids that "
-            "guarantee. Use records never released privately, or set public_reuse='allow' on "
-            "the data module to use them anyway"
+            f"ledger.public_reuse='refuse': {count} of the {total} records of {what} were "
+            f"released privately before ({listed}; ledger {path}); using them without noise "
+            "voids that guarantee. Use records never released privately, or set "
+            "ledger.public_reuse='allow' on the data module to use them anyway"
         )
     return PublicReuseError(
-        f"public_reuse='refuse': {count} of the {total} records of {what} were used without "
-        f"noise before ({listed}; ledger {path}), so no epsilon bounds what they have spent. "
-        "Release only records never used in public, or set public_reuse='allow' on the data "
-        "module to release them anyway"
+        f"ledger.public_reuse='refuse': {count} of the {total} records of {what} were used "
+        f"without noise before ({listed}; ledger {path}), so no epsilon bounds what they have "
+        "spent. Release only records never used in public, or set ledger.public_reuse='allow' "
+        "on the data module to release them anyway"
     )
 
 
@@ -160,8 +160,9 @@ def enter_evaluation_use(datamodule: object, records: Tensor, which: str) -> Non
     """Enter the records ``dpot evaluate`` reads without noise as a public use of the
     datamodule's ledger: ``which`` is ``"test"`` (its held-out split) or ``"train"`` (its raw
     training split, a reference row). Refused (``PublicReuseError``) where the ledger holds
-    them as privately released, unless the datamodule says ``public_reuse="allow"``. A
-    datamodule without a ledger or a source (one read from a release file) enters nothing."""
+    them as privately released, unless the datamodule's ``ledger`` says
+    ``public_reuse="allow"``. A datamodule without a ledger or a source (one read from a
+    release file) enters nothing."""
     ledger, source = getattr(datamodule, "ledger", None), getattr(datamodule, "source", None)
     if ledger is None or source is None or len(records) == 0 or getattr(source, "generated", False):
         return
@@ -175,4 +176,5 @@ def enter_evaluation_use(datamodule: object, records: Tensor, which: str) -> Non
             RAW_TRAIN_WHY, name, source_part(source, "train"),
         )  # fmt: skip
     if use is not None:
-        ledger.record_public([use], getattr(datamodule, "public_reuse", "refuse"))
+        settings = getattr(datamodule, "ledger_settings", None)
+        ledger.record_public([use], "refuse" if settings is None else settings.public_reuse)

@@ -33,16 +33,11 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_dpot.checks import check_delta, check_epsilon, check_positive_int
+from lightning_dpot.checks import check_delta, check_positive_int
 from lightning_dpot.data.denoise import WaveletDenoising
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import LedgerTotal, PrivacyLedger, PublicUse
-from lightning_dpot.data.ledger_public import (
-    PublicReuse,
-    check_public_reuse,
-    held_out_use,
-    source_part,
-)
+from lightning_dpot.data.ledger import LedgerSettings, LedgerTotal, PublicUse
+from lightning_dpot.data.ledger_public import held_out_use, source_part
 from lightning_dpot.data.loaders import Records, full_batch_loader, one_batch
 from lightning_dpot.data.local_release import LocalReleaseCache
 from lightning_dpot.data.protocols import check_before_release
@@ -91,35 +86,31 @@ class PrivatizedDataModule(L.LightningDataModule):
         shuffle_delta: if set, also report the central (ε, δ)-DP guarantee that the shuffled
             release gives by amplification by shuffling (Feldman, McMillan, Talwar 2021), at
             this δ; pure ε0-LDP (Laplace) only.
-        denoise: ``"wavelet"`` trains on the release denoised by wavelet thresholding (baseline
-            of Reshetova et al. 2024, Fig. 3; identity transform only). Post-processing at
-            ``setup``, no privacy cost: the cached release is neither changed nor replaced, and the
-            threshold uses only the public noise std (``wavelet_denoise``).
-        denoise_wavelet: the PyWavelets wavelet used by ``denoise="wavelet"``.
-        privacy_budget: total ε the raw records may spend over every release ever made from
-            them (``lightning_dpot.data.ledger``); a new release past it is refused.
-        exceed_privacy_budget: make a release that takes the total past ``privacy_budget``.
-        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
-            ``~/.local/share/lightning_dpot/ledger``).
-        public_reuse: ``"refuse"`` (default): a release is refused when the ledger holds one
-            of its records as used without noise (a DPSW public split, a held-out split), and a
-            fit when it holds one of its held-out records as privately released. ``"allow"``
-            releases (or evaluates) anyway, and the ledger says so.
+        denoise: a ``WaveletDenoising``: train on the release denoised by wavelet thresholding
+            (baseline of Reshetova et al. 2024, Fig. 3; identity transform only).
+            Post-processing at ``setup``, no privacy cost: the cached release is neither changed
+            nor replaced, and the threshold uses only the public noise std
+            (``wavelet_denoise``).
+        ledger: the privacy ledger's settings (``LedgerSettings``: ``dir``, ``budget``,
+            ``exceed_budget``, ``public_reuse``). A new release that would take the records'
+            total ε past ``budget`` is refused; with ``public_reuse="refuse"`` (the default) a
+            release is refused when the ledger holds one of its records as used without noise
+            (a DPSW public split, a held-out split), and a fit when it holds one of its
+            held-out records as privately released.
 
     Raises:
         ValueError: naming the parameter: neither ``source`` nor ``release_path``, an unknown
             ``mechanism``, both or neither of ``epsilon`` and ``noise_scale``, ``delta``
             missing for the Gaussian mechanism or given for the Laplace one, ``seed`` with
-            ``secure_rng``, ``batch_size`` < 1, ``privacy_budget`` not > 0, a bad ``denoise``
-            setting, ``shuffle_delta`` with the Gaussian mechanism, ``public_reuse`` not
-            ``"refuse"`` or ``"allow"``, or an argument that differs from the ``release_path``
-            file's. When privatizing (``prepare_data``): records that are non-finite or
-            outside the source's bounds.
+            ``secure_rng``, ``batch_size`` < 1, ``denoise`` on records that are not images,
+            ``shuffle_delta`` with the Gaussian mechanism, or an argument that differs from the
+            ``release_path`` file's. When privatizing (``prepare_data``): records that are
+            non-finite or outside the source's bounds.
         PrivacyBudgetError: when privatizing, a new release that would take the records'
-            total ε past ``privacy_budget`` (``lightning_dpot.data.ledger``).
+            total ε past ``ledger.budget`` (``lightning_dpot.data.ledger``).
         PublicReuseError: before privatizing (or, in a fit, at ``setup``), records used
             without noise before, or held-out records released privately before, with
-            ``public_reuse="refuse"``.
+            ``ledger.public_reuse="refuse"``.
 
     Example::
 
@@ -152,24 +143,16 @@ class PrivatizedDataModule(L.LightningDataModule):
         num_workers: int = 0,
         cache_dir: str = ".dpot_cache",
         release_path: str | None = None,
-        denoise: str | None = None,
-        denoise_wavelet: str = "db4",
+        denoise: WaveletDenoising | None = None,
         shuffle_delta: float | None = None,
-        privacy_budget: float | None = None,
-        exceed_privacy_budget: bool = False,
-        ledger_dir: str | None = None,
-        public_reuse: PublicReuse = "refuse",
+        ledger: LedgerSettings | None = None,
     ) -> None:
         super().__init__()
         # One release for the whole run: only global rank 0 privatizes (setup refuses on another
         # node that cannot see the cache, see setup()).
         self.prepare_data_per_node = False
-        self.ledger = PrivacyLedger(ledger_dir)
-        self.privacy_budget = (
-            None if privacy_budget is None else check_epsilon("privacy_budget", privacy_budget)
-        )
-        self.exceed_privacy_budget = bool(exceed_privacy_budget)
-        self.public_reuse = check_public_reuse(public_reuse)
+        self.ledger_settings = ledger or LedgerSettings()
+        self.ledger = self.ledger_settings.open()
         self.ledger_total: LedgerTotal | None = None
         self.ledger_keying: str | None = None
         given = {
@@ -186,10 +169,14 @@ class PrivatizedDataModule(L.LightningDataModule):
             "secure_rng": secure_rng,
         }
         transform = transform or "identity"
-        self.denoiser = WaveletDenoising.from_arguments(
-            denoise, denoise_wavelet, transform if release_path is None else None
-        )
-        self.denoise, self.denoise_wavelet = denoise, denoise_wavelet
+        if denoise is not None and not isinstance(denoise, WaveletDenoising):
+            raise ValueError(
+                "denoise takes a WaveletDenoising (in a config: denoise: {class_path: "
+                f"WaveletDenoising, init_args: {{wavelet: db4}}}}), got {denoise!r}"
+            )
+        if denoise is not None and release_path is None:
+            denoise.check_transform(transform)
+        self.denoiser = denoise
         self.denoised_release: Tensor | None = None
         if source is None and release_path is None:
             raise ValueError("give a data source or a release_path written by `dpot privatize`")
@@ -240,7 +227,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             check_given_matches_release(given, self.metadata, self.release_path)
         if denoise is not None and len(self.sample_shape) != 3:  # before any release
             raise ValueError(
-                "denoise='wavelet' needs image records (C, H, W), got sample_shape="
+                "denoise: WaveletDenoising needs image records (C, H, W), got sample_shape="
                 f"{self.sample_shape}"
             )
         self.shuffle_delta = shuffle_delta
@@ -297,11 +284,11 @@ class PrivatizedDataModule(L.LightningDataModule):
                 "cache": str(self.cache_path()),
                 "partition": source_part(self.source, "train"),
             },
-            self.privacy_budget,
-            self.exceed_privacy_budget,
-            "Reuse the cached release (same configuration and cache_dir), raise privacy_budget, "
-            "or set exceed_privacy_budget=True to spend it deliberately",
-            self.public_reuse,
+            self.ledger_settings.budget,
+            self.ledger_settings.exceed_budget,
+            "Reuse the cached release (same configuration and cache_dir), raise ledger.budget, "
+            "or set ledger.exceed_budget=True to spend it deliberately",
+            self.ledger_settings.public_reuse,
             self._held_out_uses(splits.test),
         )
 
@@ -367,7 +354,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         """Enter ``_held_out_uses`` in the ledger (a use it holds adds no line)."""
         uses = self._held_out_uses(test)
         if uses:
-            self.ledger.record_public(uses, self.public_reuse)
+            self.ledger.record_public(uses, self.ledger_settings.public_reuse)
 
     def write_release(self, path: str | Path) -> Path:
         """Privatize (or reuse the cached release) and write it to ``path`` for a trainer."""
@@ -475,7 +462,7 @@ class PrivatizedDataModule(L.LightningDataModule):
             "all_releases_of_these_records": self.ledger_total.as_dict(),
             "composition": "basic (sum of epsilons and deltas), worst record",
             "keying": self.ledger_keying,
-            "privacy_budget": self.privacy_budget,
+            "privacy_budget": self.ledger_settings.budget,
             "path": str(self.ledger.path),
         }
 

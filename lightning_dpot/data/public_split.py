@@ -17,14 +17,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from typing_extensions import override
 
 from lightning_dpot.checks import check_positive_int
-from lightning_dpot.data.ledger import PrivacyLedger
-from lightning_dpot.data.ledger_public import (
-    PublicReuse,
-    PublicUse,
-    check_public_reuse,
-    held_out_use,
-    split_part,
-)
+from lightning_dpot.data.ledger_public import PublicUse, held_out_use, split_part
+from lightning_dpot.data.ledger_settings import LedgerSettings
 from lightning_dpot.data.sources import DataSource, DataSplits, check_source_splits
 from lightning_dpot.data.split import PublicPrivateSplit, make_public_private_split
 from lightning_dpot.distributed import rank_world
@@ -44,15 +38,15 @@ class PublicSplitDataModule(L.LightningDataModule):
         split_file: where to write the split as JSON (optional; the split is always saved in
             the autoencoder checkpoint). If the file exists, the split must match it.
         batch_size, num_workers: of the shuffled public loader.
-        ledger_dir: the privacy ledger's directory (default ``$DPOT_LEDGER_DIR`` or
-            ``~/.local/share/lightning_dpot/ledger``).
-        public_reuse: ``"refuse"`` (default): ``setup`` refuses a public split (or, in a
-            fit, a held-out split) of which the ledger holds a record as privately released:
+        ledger: the privacy ledger's settings (``LedgerSettings``): its ``dir``, and
+            ``public_reuse``: ``"refuse"`` (default): ``setup`` refuses a public split (or, in
+            a fit, a held-out split) of which the ledger holds a record as privately released:
             training on it without noise would void that release's guarantee. ``"allow"``
-            uses them anyway, and the ledger says so.
+            uses them anyway, and the ledger says so. Nothing here is released, so a
+            ``budget`` is refused.
 
     Raises:
-        ValueError: ``batch_size`` < 1, ``public_reuse`` not ``"refuse"`` or ``"allow"``. At
+        ValueError: ``batch_size`` < 1, a ``ledger`` with a ``budget``. At
             ``setup``: invalid records, a split that differs from ``split_file``.
         PublicReuseError: at ``setup``, records the ledger holds as privately released,
             with ``public_reuse="refuse"``.
@@ -66,8 +60,7 @@ class PublicSplitDataModule(L.LightningDataModule):
         split_file: str | None = None,
         batch_size: int = 128,
         num_workers: int = 0,
-        ledger_dir: str | None = None,
-        public_reuse: PublicReuse = "refuse",
+        ledger: LedgerSettings | None = None,
     ) -> None:
         super().__init__()
         self.source = source
@@ -76,8 +69,13 @@ class PublicSplitDataModule(L.LightningDataModule):
         self.split_file = split_file
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.num_workers = num_workers
-        self.ledger = PrivacyLedger(ledger_dir)
-        self.public_reuse = check_public_reuse(public_reuse)
+        self.ledger_settings = ledger or LedgerSettings()
+        if self.ledger_settings.budget is not None or self.ledger_settings.exceed_budget:
+            raise ValueError(
+                "ledger.budget: PublicSplitDataModule releases nothing, so no budget applies "
+                "(set it on the data module of the private stage)"
+            )
+        self.ledger = self.ledger_settings.open()
         self.split: PublicPrivateSplit | None = None
         self.public_records: Tensor | None = None
         self.test_records: Tensor | None = None
@@ -128,7 +126,7 @@ class PublicSplitDataModule(L.LightningDataModule):
                 self.ledger.record_keys, self.source, splits.test, type(self).__name__
             )
             uses += [] if held_out is None else [held_out]
-        self.ledger.record_public(uses, self.public_reuse)
+        self.ledger.record_public(uses, self.ledger_settings.public_reuse)
 
     @override
     def train_dataloader(self) -> DataLoader:

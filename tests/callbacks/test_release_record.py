@@ -160,6 +160,7 @@ def test_a_ledger_entry_is_not_settled_below_what_was_emitted(tmp_path):
     """Releases emitted but never composed (the accountant's check then aborts the run) leave
     the ledger entry at the ε it was opened at."""
     from lightning_dpot.callbacks.privacy_record import RunRecord
+    from lightning_dpot.data import LedgerSettings
 
     settled = []
 
@@ -170,7 +171,7 @@ def test_a_ledger_entry_is_not_settled_below_what_was_emitted(tmp_path):
         def ledger_total(self):
             return type("Total", (), {"as_dict": lambda self: {"epsilon": 9.0}})()
 
-        ledger_keying, privacy_budget = "content", None
+        ledger_keying, ledger_settings = "content", LedgerSettings()
         ledger = type("L", (), {"path": tmp_path / "ledger"})()
 
     trainer = type("T", (), {"is_global_zero": True, "datamodule": Ledger()})()

@@ -18,6 +18,7 @@ from lightning_dpot.data import (
     MNIST,
     CentralDPDataModule,
     HalfCircle,
+    LedgerSettings,
     PrivateLatentDataModule,
     PrivatizedDataModule,
     TensorFile,
@@ -26,14 +27,13 @@ from lightning_dpot.data.ledger import LedgerTotal, PrivacyBudgetError, PrivacyL
 from lightning_dpot.data.split import make_public_private_split
 
 
-def _module(tmp_path, cache: str, epsilon: float, **kwargs) -> PrivatizedDataModule:
+def _module(tmp_path, cache: str, epsilon: float, **ledger) -> PrivatizedDataModule:
     return PrivatizedDataModule(
         HalfCircle(n=200),
         mechanism="laplace",
         epsilon=epsilon,
         cache_dir=str(tmp_path / cache),
-        ledger_dir=str(tmp_path / "ledger"),
-        **kwargs,
+        ledger=LedgerSettings(str(tmp_path / "ledger"), **ledger),
     )
 
 
@@ -57,14 +57,14 @@ def test_every_release_of_the_same_records_is_totalled(tmp_path):
 
 
 def test_a_release_past_the_budget_needs_an_explicit_flag(tmp_path):
-    _module(tmp_path, "a", 4.0, privacy_budget=6.0).setup()
-    refused = _module(tmp_path, "b", 4.0, privacy_budget=6.0)
-    with pytest.raises(PrivacyBudgetError, match="privacy_budget=6.0.*1 time.*epsilon=4"):
+    _module(tmp_path, "a", 4.0, budget=6.0).setup()
+    refused = _module(tmp_path, "b", 4.0, budget=6.0)
+    with pytest.raises(PrivacyBudgetError, match="ledger.budget=6.0.*1 time.*epsilon=4"):
         refused.setup()
     assert not (tmp_path / "b").exists() or not list((tmp_path / "b").glob("release-*.pt"))
     lines = (tmp_path / "ledger" / "ledger.jsonl").read_text().splitlines()
     assert len(lines) == 1  # the refused release was never drawn nor recorded
-    spent = _module(tmp_path, "b", 4.0, privacy_budget=6.0, exceed_privacy_budget=True)
+    spent = _module(tmp_path, "b", 4.0, budget=6.0, exceed_budget=True)
     spent.setup()
     report = spent.privacy_report()["ledger"]
     assert report["all_releases_of_these_records"]["epsilon"] == 8.0
@@ -87,21 +87,21 @@ def test_another_split_of_the_same_people_is_charged_per_record(tmp_path):
     people = torch.rand(100, 3) * 2 - 1
     newcomers = torch.rand(20, 3) * 2 - 1
 
-    def release(name: str, rows: torch.Tensor, **kwargs) -> PrivatizedDataModule:
+    def release(name: str, rows: torch.Tensor, **ledger) -> PrivatizedDataModule:
         torch.save(rows, tmp_path / f"{name}.pt")
         dm = PrivatizedDataModule(
             TensorFile(str(tmp_path / f"{name}.pt"), -1.0, 1.0), mechanism="laplace",
-            epsilon=1.0, cache_dir=str(tmp_path / name), ledger_dir=str(tmp_path / "ledger"),
-            **kwargs,
+            epsilon=1.0, cache_dir=str(tmp_path / name),
+            ledger=LedgerSettings(str(tmp_path / "ledger"), **ledger),
         )  # fmt: skip
         dm.setup()
         return dm
 
-    release("all", people, privacy_budget=1.5)
+    release("all", people, budget=1.5)
     resplit = torch.cat([people[torch.randperm(100)[:90]], newcomers])  # 90 of the same
     with pytest.raises(PrivacyBudgetError, match="already released 1 time"):
-        release("resplit", resplit, privacy_budget=1.5)
-    fresh = release("fresh", newcomers, privacy_budget=1.5)  # nobody released before
+        release("resplit", resplit, budget=1.5)
+    fresh = release("fresh", newcomers, budget=1.5)  # nobody released before
     assert fresh.privacy_report()["ledger"]["all_releases_of_these_records"]["epsilon"] == 1.0
 
 
@@ -126,10 +126,10 @@ def _mnist(folder: Path, **kwargs) -> MNIST:
     return MNIST(idx_dir=folder, split="test-only", test_size=8, **kwargs)
 
 
-def _release(tmp_path, source, cache: str, epsilon: float, **kwargs) -> PrivatizedDataModule:
+def _release(tmp_path, source, cache: str, epsilon: float, **ledger) -> PrivatizedDataModule:
     dm = PrivatizedDataModule(
         source, mechanism="laplace", epsilon=epsilon, batch_size=None,
-        cache_dir=str(tmp_path / cache), ledger_dir=str(tmp_path / "ledger"), **kwargs,
+        cache_dir=str(tmp_path / cache), ledger=LedgerSettings(str(tmp_path / "ledger"), **ledger),
     )  # fmt: skip
     dm.setup()
     return dm
@@ -137,14 +137,14 @@ def _release(tmp_path, source, cache: str, epsilon: float, **kwargs) -> Privatiz
 
 def test_padding_or_resplitting_the_same_images_is_charged_to_the_same_records(tmp_path):
     folder = _idx_folder(tmp_path)
-    _release(tmp_path, _mnist(folder), "a", 1.0, privacy_budget=3.5)
-    _release(tmp_path, _mnist(folder), "b", 2.0, privacy_budget=3.5)
-    with pytest.raises(PrivacyBudgetError, match="privacy_budget=3.5.*2 time.*epsilon=3"):
-        _release(tmp_path, _mnist(folder, image_size=32), "c", 1.0, privacy_budget=3.5)
+    _release(tmp_path, _mnist(folder), "a", 1.0, budget=3.5)
+    _release(tmp_path, _mnist(folder), "b", 2.0, budget=3.5)
+    with pytest.raises(PrivacyBudgetError, match="ledger.budget=3.5.*2 time.*epsilon=3"):
+        _release(tmp_path, _mnist(folder, image_size=32), "c", 1.0, budget=3.5)
     resplit = _mnist(folder, image_size=32, split_seed=1)  # another split keeps most records
     with pytest.raises(PrivacyBudgetError, match="2 time"):
-        _release(tmp_path, resplit, "d", 1.0, privacy_budget=3.5)
-    spent = _release(tmp_path, _mnist(folder, image_size=32), "c", 1.0, exceed_privacy_budget=True)
+        _release(tmp_path, resplit, "d", 1.0, budget=3.5)
+    spent = _release(tmp_path, _mnist(folder, image_size=32), "c", 1.0, exceed_budget=True)
     ledger = spent.privacy_report()["ledger"]
     assert ledger["all_releases_of_these_records"] == {"releases": 3, "epsilon": 4.0, "delta": 0.0}
     assert ledger["keying"].startswith("record ids declared by the source")
@@ -157,11 +157,11 @@ def test_records_without_ids_are_keyed_by_their_bytes_and_the_report_says_so(tmp
     torch.save(records, tmp_path / "same.pt")  # the same float32 records, no ids: same bytes
     with pytest.raises(PrivacyBudgetError, match="1 time.*epsilon=2"):
         _release(tmp_path, TensorFile(str(tmp_path / "same.pt"), -1.0, 1.0), "same", 2.0,
-                 privacy_budget=3.0)  # fmt: skip
+                 budget=3.0)  # fmt: skip
     torch.save(records * 0.5, tmp_path / "rescaled.pt")  # new bytes, no ids: not recognised
     rescaled = _release(
         tmp_path, TensorFile(str(tmp_path / "rescaled.pt"), -1.0, 1.0), "rescaled", 2.0,
-        privacy_budget=3.0,
+        budget=3.0,
     )  # fmt: skip
     ledger = rescaled.privacy_report()["ledger"]
     assert ledger["all_releases_of_these_records"] == {"releases": 1, "epsilon": 2.0, "delta": 0.0}
@@ -172,18 +172,18 @@ def test_records_without_ids_are_keyed_by_their_bytes_and_the_report_says_so(tmp
 
 def test_central_runs_are_opened_at_their_target_and_settled_at_what_they_spent(tmp_path):
     folder = _idx_folder(tmp_path)
-    options = {"sample_rate": 0.5, "privacy_budget": 4.0, "ledger_dir": str(tmp_path / "ledger")}
+    options = {"sample_rate": 0.5, "ledger": LedgerSettings(str(tmp_path / "ledger"), 4.0)}
     central = CentralDPDataModule(_mnist(folder), **options)
     entry = central.ledger_open(3.0, 1e-5, {"accountant": "rdp"})
     assert central.ledger_total() == LedgerTotal(1, 3.0, 1e-5)
     central.ledger_settle(entry, 1.25, 1e-5)
     assert central.ledger_total() == LedgerTotal(1, 1.25, 1e-5)
-    local = _release(tmp_path, _mnist(folder, image_size=32), "local", 2.0, privacy_budget=4.0)
+    local = _release(tmp_path, _mnist(folder, image_size=32), "local", 2.0, budget=4.0)
     assert local.privacy_report()["ledger"]["all_releases_of_these_records"] == {
         "releases": 2, "epsilon": 3.25, "delta": 1e-5,
     }  # fmt: skip
     again = CentralDPDataModule(_mnist(folder), **options)
-    with pytest.raises(PrivacyBudgetError, match="privacy_budget=4.0.*lower the run's target"):
+    with pytest.raises(PrivacyBudgetError, match="ledger.budget=4.0.*lower the run's target"):
         again.ledger_open(1.0, None, {})
     lines = [json.loads(line) for line in (tmp_path / "ledger" / "ledger.jsonl").open()]
     assert [line.get("settles") for line in lines] == [None, entry, None]  # append-only
@@ -199,7 +199,8 @@ def test_latent_runs_charge_the_private_part_and_a_crash_keeps_the_opening_epsil
     split = make_public_private_split(records, 0.5, 0)
     latent = PrivateLatentDataModule(
         TensorFile(str(tmp_path / "all.pt"), -1.0, 1.0), autoencoder=torch.nn.Linear(3, 2),
-        autoencoder_checkpoint=str(tmp_path / "stage1.ckpt"), ledger_dir=str(tmp_path / "ledger"),
+        autoencoder_checkpoint=str(tmp_path / "stage1.ckpt"),
+        ledger=LedgerSettings(str(tmp_path / "ledger")),
     )  # fmt: skip
     latent.ledger_open(2.0, 1e-5, {})  # never settled: the run crashed
     for part, indices in (("public", split.public), ("private", split.private)):
@@ -211,7 +212,8 @@ def test_latent_runs_charge_the_private_part_and_a_crash_keeps_the_opening_epsil
         "releases": 2, "epsilon": 3.0, "delta": 1e-5,
     }  # fmt: skip
     toy = PrivateLatentDataModule(
-        TensorFile(str(tmp_path / "all.pt"), -1.0, 1.0), ledger_dir=str(tmp_path / "ledger")
+        TensorFile(str(tmp_path / "all.pt"), -1.0, 1.0),
+        ledger=LedgerSettings(str(tmp_path / "ledger")),
     )
     assert toy.ledger_total() == LedgerTotal(2, 3.0, 1e-5)  # without autoencoder: every record
 
@@ -229,18 +231,18 @@ def test_a_resumed_run_sets_its_entry_back_within_the_budget_and_only_for_its_re
     first run's entry back to its target (its resume) is then refused past the budget. An
     entry is kept by a resume only on the same records of the same ledger."""
     folder = _idx_folder(tmp_path)
-    options = {"sample_rate": 0.5, "privacy_budget": 10.0, "ledger_dir": str(tmp_path / "ledger")}
+    options = {"sample_rate": 0.5, "ledger": LedgerSettings(str(tmp_path / "ledger"), 10.0)}
     first = CentralDPDataModule(_mnist(folder), **options)
     entry = first.ledger_open(8.0, 1e-5, {})
     first.ledger_settle(entry, 4.34, 1e-5)  # what it spent before its exception
     CentralDPDataModule(_mnist(folder), **options).ledger_open(5.0, 1e-5, {})
     assert first.ledger_holds(entry)
-    with pytest.raises(PrivacyBudgetError, match="privacy_budget=10.0"):
+    with pytest.raises(PrivacyBudgetError, match="ledger.budget=10.0"):
         first.ledger_reopen(entry, 8.0, 1e-5)
     assert first.ledger_total().epsilon == pytest.approx(9.34)
     other = CentralDPDataModule(_mnist(folder, limit=16), **options)
     assert not other.ledger_holds(entry)
-    elsewhere = {**options, "ledger_dir": str(tmp_path / "other")}
+    elsewhere = {**options, "ledger": LedgerSettings(str(tmp_path / "other"), 10.0)}
     assert not CentralDPDataModule(_mnist(folder), **elsewhere).ledger_holds(entry)
 
 
@@ -252,14 +254,14 @@ def test_generated_points_are_keyed_apart_from_real_records_and_other_draws(tmp_
     real = PrivatizedDataModule(
         TensorFile(str(tmp_path / "same_points.pt"), low=-1.5, high=1.5),
         mechanism="laplace", epsilon=1.0, cache_dir=str(tmp_path / "b"),
-        ledger_dir=str(tmp_path / "ledger"),
+        ledger=LedgerSettings(str(tmp_path / "ledger")),
     )  # fmt: skip
     real.setup()
     total = real.privacy_report()["ledger"]["all_releases_of_these_records"]
     assert total == {"releases": 1, "epsilon": 1.0, "delta": 0.0}  # not the tutorial's
     other_draw = PrivatizedDataModule(
         HalfCircle(n=200, data_seed=7), mechanism="laplace", epsilon=3.0,
-        cache_dir=str(tmp_path / "c"), ledger_dir=str(tmp_path / "ledger"),
+        cache_dir=str(tmp_path / "c"), ledger=LedgerSettings(str(tmp_path / "ledger")),
     )  # fmt: skip
     other_draw.setup()
     total = other_draw.privacy_report()["ledger"]["all_releases_of_these_records"]

@@ -19,6 +19,7 @@ from lightning_dpot.callbacks import PrivacyAccountantCallback
 from lightning_dpot.data import (
     CentralDPDataModule,
     Digits,
+    LedgerSettings,
     PrivateLatentDataModule,
     PrivatizedDataModule,
     PublicSplitDataModule,
@@ -50,7 +51,7 @@ class TinyAutoencoder(Autoencoder):
         self.decoder_body = nn.Sequential(nn.Linear(2, 64), nn.Unflatten(1, (1, 8, 8)))
 
 
-def _merf(root: Path, ledger: Path, **data) -> tuple[DPMERF, L.Trainer, CentralDPDataModule]:
+def _merf(root: Path, ledger: Path) -> tuple[DPMERF, L.Trainer, CentralDPDataModule]:
     """A DP-MERF run on the digits at target ε 2, one step, not fitted yet."""
     generator = ConditionalDCGANGenerator(10, latent_dim=4, image_size=8, hidden_channels=(4, 4, 4))
     model = DPMERF(
@@ -58,8 +59,9 @@ def _merf(root: Path, ledger: Path, **data) -> tuple[DPMERF, L.Trainer, CentralD
         generated_batch_size=10,
     )  # fmt: skip
     dm = CentralDPDataModule(
-        Digits(), expected_batch_size=10, steps_per_epoch=2, seed=0, ledger_dir=str(ledger), **data
-    )
+        Digits(), expected_batch_size=10, steps_per_epoch=2, seed=0,
+        ledger=LedgerSettings(str(ledger)),
+    )  # fmt: skip
     trainer = L.Trainer(
         max_steps=1, default_root_dir=str(root), callbacks=[PrivacyAccountantCallback()], **QUIET
     )
@@ -87,19 +89,24 @@ def test_a_public_split_of_released_records_is_refused_unless_allowed_and_then_c
     n_public = round(n_train * 0.5)
     before = (ledger / "ledger.jsonl").read_text()
 
-    refused = PublicSplitDataModule(Digits(), split_seed=1, batch_size=64, ledger_dir=str(ledger))
+    refused = PublicSplitDataModule(
+        Digits(), split_seed=1, batch_size=64, ledger=LedgerSettings(str(ledger))
+    )
     with pytest.raises(
         PublicReuseError,
-        match=rf"public_reuse='refuse': {n_public} of the {n_public} records of the public split "
-        r"of Digits \(public_fraction=0.5, split_seed=1\) were released privately before "
-        r"\(entry \w+: a central release at epsilon=2",
+        match=rf"ledger.public_reuse='refuse': {n_public} of the {n_public} records of the "
+        r"public split of Digits \(public_fraction=0.5, split_seed=1\) were released privately "
+        r"before \(entry \w+: a central release at epsilon=2",
     ):
         _stage1(tmp_path / "refused", refused)
     assert (ledger / "ledger.jsonl").read_text() == before  # nothing entered
     assert refused.public_records is None  # nothing served
 
     allowed = PublicSplitDataModule(
-        Digits(), split_seed=1, batch_size=64, ledger_dir=str(ledger), public_reuse="allow"
+        Digits(),
+        split_seed=1,
+        batch_size=64,
+        ledger=LedgerSettings(str(ledger), public_reuse="allow"),
     )
     assert _stage1(tmp_path / "allowed", allowed).global_step == 1
     public = [line for line in _lines(ledger) if line.get("use") == "public"]
@@ -113,7 +120,8 @@ def test_a_public_split_of_released_records_is_refused_unless_allowed_and_then_c
     assert split_use["data_module"] == "PublicSplitDataModule"
 
     # The ε total is unchanged (a public use is no release), and says how many were public.
-    total = CentralDPDataModule(Digits(), sample_rate=0.5, ledger_dir=str(ledger)).ledger_total()
+    dm = CentralDPDataModule(Digits(), sample_rate=0.5, ledger=LedgerSettings(str(ledger)))
+    total = dm.ledger_total()
     assert (total.releases, total.used_without_noise) == (1, n_public)
     assert 0 < total.epsilon <= 2.0
     assert total.as_dict()["records_used_without_noise"] == n_public
@@ -137,10 +145,10 @@ def test_a_held_out_split_evaluated_in_a_fit_is_refused_as_training_records(tmp_
     model, trainer, dm = _merf(tmp_path / "merf", ledger)
     trainer.fit(model, dm)
 
-    def local(source: Digits, cache: str, **kwargs) -> PrivatizedDataModule:
+    def local(source: Digits, cache: str, **settings) -> PrivatizedDataModule:
         return PrivatizedDataModule(
             source, mechanism="laplace", epsilon=1.0, batch_size=None,
-            cache_dir=str(tmp_path / cache), ledger_dir=str(ledger), **kwargs,
+            cache_dir=str(tmp_path / cache), ledger=LedgerSettings(str(ledger), **settings),
         )  # fmt: skip
 
     resplit = local(Digits(split_seed=1), "resplit")
@@ -166,12 +174,13 @@ def test_identical_records_in_the_two_halves_of_one_split_are_no_reuse(tmp_path)
     torch.save(torch.cat([rows, rows]), tmp_path / "twice.pt")  # every record twice
     source = TensorFile(str(tmp_path / "twice.pt"), -1.0, 1.0)
     ledger = str(tmp_path / "ledger")
-    PublicSplitDataModule(source, split_seed=0, ledger_dir=ledger).setup()
+    PublicSplitDataModule(source, split_seed=0, ledger=LedgerSettings(ledger)).setup()
 
-    def stage2(split_seed: int, **kwargs) -> PrivateLatentDataModule:
+    def stage2(split_seed: int, **settings) -> PrivateLatentDataModule:
         return PrivateLatentDataModule(
-            source, autoencoder=nn.Linear(3, 2), split_seed=split_seed, ledger_dir=ledger,
-            autoencoder_checkpoint=str(tmp_path / "stage1.ckpt"), **kwargs,
+            source, autoencoder=nn.Linear(3, 2), split_seed=split_seed,
+            ledger=LedgerSettings(ledger, **settings),
+            autoencoder_checkpoint=str(tmp_path / "stage1.ckpt"),
         )  # fmt: skip
 
     split = make_public_private_split(torch.cat([rows, rows]), 0.5, 0)
@@ -203,15 +212,17 @@ def test_a_ledger_written_before_public_uses_still_reads_and_refuses(tmp_path):
     source = TensorFile(str(tmp_path / "records.pt"), -1.0, 1.0)
     release = PrivatizedDataModule(
         source, mechanism="laplace", epsilon=1.0, batch_size=None,
-        cache_dir=str(tmp_path / "cache"), ledger_dir=str(ledger.directory),
+        cache_dir=str(tmp_path / "cache"), ledger=LedgerSettings(str(ledger.directory)),
     )  # fmt: skip
     release.setup()
     assert release.ledger_total == LedgerTotal(2, 2.5, 0.0)
-    public = PublicSplitDataModule(source, ledger_dir=str(ledger.directory))
+    public = PublicSplitDataModule(source, ledger=LedgerSettings(str(ledger.directory)))
     with pytest.raises(PublicReuseError, match=r"entry old: a private release at epsilon=1.5"):
         public.setup()
     with pytest.raises(ValueError, match="public_reuse must be 'refuse' or 'allow', got 'yes'"):
-        PublicSplitDataModule(source, public_reuse="yes")
+        LedgerSettings(public_reuse="yes")
+    with pytest.raises(ValueError, match="ledger.budget: PublicSplitDataModule releases nothing"):
+        PublicSplitDataModule(source, ledger=LedgerSettings(budget=1.0))
 
 
 def test_generated_points_enter_no_public_use():

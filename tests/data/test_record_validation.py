@@ -225,12 +225,13 @@ def test_sliced_release_of_valid_records_emits_one_event():
 
 
 def test_a_local_release_refuses_a_bad_record_before_charging_the_ledger(tmp_path: Path):
+    from lightning_dpot.data import LedgerSettings
     from lightning_dpot.data.privatized import PrivatizedDataModule
 
     ledger = tmp_path / "ledger"
     dm = PrivatizedDataModule(
         _Records(_with_bad_rows(math.nan)), mechanism="laplace", epsilon=1.0, batch_size=None,
-        cache_dir=str(tmp_path / "cache"), ledger_dir=str(ledger),
+        cache_dir=str(tmp_path / "cache"), ledger=LedgerSettings(str(ledger)),
     )  # fmt: skip
     with pytest.raises(ValueError, match="contain NaN or Inf values"):
         dm.prepare_data()

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_dpot.data import DataSource, DataSplits, HalfCircle, PrivatizedDataModule
+from lightning_dpot.data import (
+    DataSource,
+    DataSplits,
+    HalfCircle,
+    LedgerSettings,
+    PrivatizedDataModule,
+)
 from lightning_dpot.data.release import Release
 
 RACER = textwrap.dedent(
@@ -21,14 +27,14 @@ RACER = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
     import torch
-    from lightning_dpot.data import HalfCircle, PrivatizedDataModule
+    from lightning_dpot.data import HalfCircle, LedgerSettings, PrivatizedDataModule
     from lightning_dpot.data.release import tensor_sha256
 
     torch.set_num_threads(1)
     cache_dir, ledger_dir, ready, go, out = sys.argv[1:]
     dm = PrivatizedDataModule(
         HalfCircle(n=20_000, n_test=10), mechanism="laplace", epsilon=2.0, batch_size=None,
-        cache_dir=cache_dir, ledger_dir=ledger_dir,
+        cache_dir=cache_dir, ledger=LedgerSettings(ledger_dir),
     )
     Path(ready).touch()
     while not Path(go).exists():
@@ -115,7 +121,9 @@ def laplace_release(tmp_path_factory) -> Path:
         l1_radius=0.9,
         batch_size=None,
         cache_dir=str(root / "cache"),
-        ledger_dir=str(root / "ledger"),  # module scope: before the per-test ledger is set
+        ledger=LedgerSettings(
+            str(root / "ledger")
+        ),  # module scope: before the per-test ledger is set
     )
     return dm.write_release(root / "release.pt")
 

@@ -1,13 +1,13 @@
-"""``denoise="wavelet"`` (the baseline of Reshetova et al. 2024, Fig. 3) is post-processing of
-the cached release: the release and its cache file are unchanged, no noise is redrawn, training
-reads the denoised copy, and the report says so."""
+"""``denoise=WaveletDenoising()`` (the baseline of Reshetova et al. 2024, Fig. 3) is
+post-processing of the cached release: the release and its cache file are unchanged, no noise is
+redrawn, training reads the denoised copy, and the report says so."""
 
 import hashlib
 
 import pytest
 import torch
 
-from lightning_dpot.data import Digits, PrivatizedDataModule, wavelet_denoise
+from lightning_dpot.data import Digits, PrivatizedDataModule, WaveletDenoising, wavelet_denoise
 
 
 def _dm(tmp_path, **kw):
@@ -34,7 +34,7 @@ def test_denoising_leaves_the_cached_release_unchanged_and_redraws_nothing(tmp_p
     (cache_file,) = (tmp_path / "cache").glob("release-*.pt")
     digest = _sha(cache_file)
 
-    denoised = _dm(tmp_path, denoise="wavelet")
+    denoised = _dm(tmp_path, denoise=WaveletDenoising())
     denoised.setup("fit")
     assert denoised.cache_path() == plain.cache_path()
     assert torch.equal(denoised.release, plain.release)
@@ -48,7 +48,7 @@ def test_denoising_leaves_the_cached_release_unchanged_and_redraws_nothing(tmp_p
 
 
 def test_training_reads_the_wavelet_denoised_images(tmp_path):
-    dm = _dm(tmp_path, denoise="wavelet", denoise_wavelet="haar", batch_size=None)
+    dm = _dm(tmp_path, denoise=WaveletDenoising("haar"), batch_size=None)
     dm.setup("fit")
     images = dm.release.reshape(-1, 1, 8, 8)
     expected = wavelet_denoise(images, 0.8, "haar", clip=(-1.0, 1.0)).reshape(len(images), -1)
@@ -60,7 +60,7 @@ def test_training_reads_the_wavelet_denoised_images(tmp_path):
 
 
 def test_privacy_report_records_denoising_as_free_post_processing(tmp_path):
-    dm = _dm(tmp_path, denoise="wavelet")
+    dm = _dm(tmp_path, denoise=WaveletDenoising())
     dm.setup("fit")
     report = dm.privacy_report()
     assert report["epsilon"] == dm.mechanism.epsilon
@@ -73,7 +73,7 @@ def test_privacy_report_records_denoising_as_free_post_processing(tmp_path):
 def test_denoising_a_release_file_is_post_processing_too(tmp_path):
     path = _dm(tmp_path).write_release(tmp_path / "release.pt")
     digest = _sha(path)
-    dm = PrivatizedDataModule(release_path=str(path), denoise="wavelet", batch_size=10)
+    dm = PrivatizedDataModule(release_path=str(path), denoise=WaveletDenoising(), batch_size=10)
     dm.setup("fit")
     assert dm.denoised_release is not None and dm.denoised_release.shape == dm.release.shape
     assert _sha(path) == digest
@@ -81,11 +81,11 @@ def test_denoising_a_release_file_is_post_processing_too(tmp_path):
 
 def test_denoise_refuses_non_image_domains_and_unknown_names(tmp_path):
     with pytest.raises(ValueError, match="transform='identity'.*got transform='dct'"):
-        _dm(tmp_path, denoise="wavelet", transform="dct")
-    with pytest.raises(ValueError, match="denoise must be None or 'wavelet', got 'median'"):
-        _dm(tmp_path, denoise="median")
-    with pytest.raises(ValueError, match="denoise_wavelet .*got 'nope'"):
-        _dm(tmp_path, denoise="wavelet", denoise_wavelet="nope")
+        _dm(tmp_path, denoise=WaveletDenoising(), transform="dct")
+    with pytest.raises(ValueError, match="denoise takes a WaveletDenoising .*got 'wavelet'"):
+        _dm(tmp_path, denoise="wavelet")
+    with pytest.raises(ValueError, match="denoise.wavelet .*got 'nope'"):
+        WaveletDenoising("nope")
 
 
 def test_denoise_on_points_is_refused_at_construction_before_any_release(tmp_path):
@@ -93,7 +93,7 @@ def test_denoise_on_points_is_refused_at_construction_before_any_release(tmp_pat
 
     with pytest.raises(ValueError, match=r"needs image records .*got sample_shape=\(2,\)"):
         PrivatizedDataModule(
-            HalfCircle(n=50), epsilon=1.0, mechanism="laplace", denoise="wavelet",
+            HalfCircle(n=50), epsilon=1.0, mechanism="laplace", denoise=WaveletDenoising(),
             cache_dir=str(tmp_path / "cache"),
         )  # fmt: skip
     assert not (tmp_path / "cache").exists()

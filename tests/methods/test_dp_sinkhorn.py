@@ -429,11 +429,11 @@ def _without_callback_state(source: Path, target: Path) -> Path:
 
 def test_a_private_run_is_entered_in_the_ledger_before_it_releases(tmp_path: Path):
     """Opened at the target before the first release, settled at what the run spent; a second
-    run on the same records past privacy_budget is refused before it releases anything."""
-    from lightning_dpot.data.ledger import PrivacyBudgetError
+    run on the same records past the ledger's budget is refused before it releases anything."""
+    from lightning_dpot.data.ledger import LedgerSettings, PrivacyBudgetError
 
     ledger = tmp_path / "ledger"
-    dm = CentralDPDataModule(TinyImages(50), sample_rate=0.2, ledger_dir=str(ledger))
+    dm = CentralDPDataModule(TinyImages(50), sample_rate=0.2, ledger=LedgerSettings(str(ledger)))
     accountant = PrivacyAccountantCallback(target_epsilon=3.0, delta=1e-5)
     trainer = tiny_trainer(tmp_path / "a", [accountant], max_steps=2)
     trainer.fit(tiny_module(), dm)
@@ -443,11 +443,11 @@ def test_a_private_run_is_entered_in_the_ledger_before_it_releases(tmp_path: Pat
     assert report["all_releases_of_these_records"]["releases"] == 1
 
     again = CentralDPDataModule(
-        TinyImages(50), sample_rate=0.2, ledger_dir=str(ledger), privacy_budget=spent + 2.0
+        TinyImages(50), sample_rate=0.2, ledger=LedgerSettings(str(ledger), spent + 2.0)
     )
     module = tiny_module()
     second = tiny_trainer(tmp_path / "b", [PrivacyAccountantCallback(3.0, 1e-5)], max_steps=2)
-    with pytest.raises(PrivacyBudgetError, match="privacy_budget"):
+    with pytest.raises(PrivacyBudgetError, match="ledger.budget"):
         second.fit(module, again)
     assert module.sanitizer.events.total == 0
 
@@ -467,17 +467,17 @@ def test_a_resumed_run_keeps_its_ledger_entry_at_what_it_may_spend(tmp_path: Pat
     checked against that ledger's budget."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from lightning_dpot.data.ledger import PrivacyBudgetError
+    from lightning_dpot.data.ledger import LedgerSettings, PrivacyBudgetError
 
-    ledger, target = str(tmp_path / "ledger"), 10.0
+    ledger, target = LedgerSettings(str(tmp_path / "ledger")), 10.0
     keep = ModelCheckpoint(tmp_path / "ckpt", save_top_k=-1, every_n_train_steps=2)
     first = tiny_trainer(
         tmp_path / "a", [PrivacyAccountantCallback(target, 1e-5), keep, _CrashAt(3)],
         max_steps=6, enable_checkpointing=True,
     )  # fmt: skip
     with pytest.raises(RuntimeError, match="simulated crash"):
-        first.fit(tiny_module(), CentralDPDataModule(TinyImages(50), 0.2, ledger_dir=ledger))
-    dm = CentralDPDataModule(TinyImages(50), 0.2, ledger_dir=ledger)
+        first.fit(tiny_module(), CentralDPDataModule(TinyImages(50), 0.2, ledger=ledger))
+    dm = CentralDPDataModule(TinyImages(50), 0.2, ledger=ledger)
     assert dm.ledger_total().epsilon < target  # settled at the 3 releases made
 
     class Probe(L.Callback):
@@ -491,11 +491,11 @@ def test_a_resumed_run_keeps_its_ledger_entry_at_what_it_may_spend(tmp_path: Pat
     assert dm.ledger_total().epsilon == pytest.approx(accountant.epsilon())
 
     other = CentralDPDataModule(
-        TinyImages(50), 0.2, ledger_dir=str(tmp_path / "other"), privacy_budget=5.0
+        TinyImages(50), 0.2, ledger=LedgerSettings(str(tmp_path / "other"), budget=5.0)
     )
     module = tiny_module()
     again = tiny_trainer(tmp_path / "c", [PrivacyAccountantCallback(target, 1e-5)], max_steps=6)
-    with pytest.raises(PrivacyBudgetError, match="privacy_budget"):
+    with pytest.raises(PrivacyBudgetError, match="ledger.budget"):
         again.fit(module, other, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")
 
 
