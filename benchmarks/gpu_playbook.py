@@ -73,7 +73,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import platform
 import statistics
 import sys
@@ -94,6 +93,7 @@ import torch  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
 from lightning_dpot.callbacks import TrainingRngStream  # noqa: E402
+from lightning_dpot.compare.lengths import plot_against_steps, run_point  # noqa: E402
 from lightning_dpot.compare.published import PublishedResult, published_table  # noqa: E402
 from lightning_dpot.compare.runner import (  # noqa: E402
     cell_fingerprint,
@@ -101,6 +101,7 @@ from lightning_dpot.compare.runner import (  # noqa: E402
     run_prepare,
     score_cell,
     train_cell,
+    write_json,
 )
 from lightning_dpot.compare.suite import (  # noqa: E402
     Cell,
@@ -112,6 +113,7 @@ from lightning_dpot.compare.suite import (  # noqa: E402
     with_inception_weights,
 )
 from lightning_dpot.data.images import IDX_FILES, find_idx_file  # noqa: E402
+from lightning_dpot.grids import images_to_grid  # noqa: E402
 
 SUITE = REPO / "configs" / "compare" / "fashion_gpu_playbook.yaml"
 METHODS = ("dp_sinkhorn", "dpswflow_r")
@@ -182,6 +184,34 @@ class StepTimer(L.Callback):
         """Median step time after the warm-up steps (all steps if there are no more)."""
         timed = self.seconds[WARMUP_STEPS:] or self.seconds
         return statistics.median(timed)
+
+
+@dataclass
+class PlaybookRun:
+    """One scored run, as ``runs/<run>.json`` holds it: the suite cell's record (method,
+    length, privacy, metrics, fit and evaluation times), σ, the measured step and set-up times,
+    the machine, the fingerprint of its settings and, for ``--single-run``, its jobs."""
+
+    run: str
+    method: str
+    method_class: str
+    planned_steps: int
+    steps: int
+    target_epsilon: float
+    privacy: dict[str, Any]
+    noise_multiplier: float | None
+    epsilon_pld: float | None
+    metrics: dict[str, Any]
+    step_seconds: float
+    setup_seconds: float
+    fit_seconds: float
+    evaluate_seconds: float
+    device: str
+    torch: str
+    tiny: bool
+    fingerprint: str
+    cell_dir: str
+    jobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -355,7 +385,7 @@ class Playbook:
             torch.cuda.get_device_name() if args.device == "cuda" else f"cpu ({platform.machine()})"
         )
         self.base = load_suite(SUITE)
-        self.runs: dict[str, dict] = {}
+        self.runs: dict[str, PlaybookRun] = {}
         self.reused: list[str] = []
         self.skipped: list[dict] = []
         self.failed: list[dict] = []
@@ -440,15 +470,17 @@ class Playbook:
         cell = Cell(name, SOURCE, suite.epsilons[0], suite.seeds[0])
         return suite, cell, cell_fingerprint(suite, cell)["digest"]
 
-    def finished(self, method: str, steps: int, epochs: int) -> dict | None:
-        """The run's JSON in ``--out`` if a call with the same settings wrote it."""
+    def finished(self, method: str, steps: int, epochs: int) -> PlaybookRun | None:
+        """The run in ``--out`` if a call with the same settings wrote it."""
         path = self.out / "runs" / f"{method}_{steps}steps.json"
         if not path.is_file():
             return None
         stored = json.loads(path.read_text())
-        return stored if stored.get("fingerprint") == self.cell(method, steps, epochs)[2] else None
+        if stored.get("fingerprint") != self.cell(method, steps, epochs)[2]:
+            return None
+        return PlaybookRun(**stored)
 
-    def run(self, method: str, steps: int, epochs: int) -> dict:
+    def run(self, method: str, steps: int, epochs: int) -> PlaybookRun:
         """Train and score ``method`` for ``steps`` steps, or reuse its JSON in ``--out``."""
         suite, cell, digest = self.cell(method, steps, epochs)
         name, path = cell.method, self.out / "runs" / f"{cell.method}.json"
@@ -476,40 +508,40 @@ class Playbook:
         digest: str,
         step_seconds: float,
         setup_seconds: float,
-        **more: Any,
-    ) -> dict:
-        """Write a scored run's ``runs/<run>.json`` (its cell's record, σ, step times, ``more``)
-        and ``samples/<run>.png`` in ``--out``."""
+        jobs: int | None = None,
+    ) -> PlaybookRun:
+        """Write a scored run's ``runs/<run>.json`` (its cell's ``record``, σ, step times) and
+        ``samples/<run>.png`` in ``--out``."""
         name, cell_dir = record["method"], Path(record["report"]).parent
         report = json.loads(Path(record["report"]).read_text())["privacy"]
-        result = {
-            "run": name,
-            "method": method,
-            "method_class": record["method_class"],
-            "planned_steps": steps,
-            "steps": record["steps"],
-            "target_epsilon": record["target_epsilon"],
-            "privacy": record["privacy"],
-            "noise_multiplier": report.get("noise_multiplier"),
-            "epsilon_pld": report.get("epsilon_pld"),
-            "metrics": record["metrics"],
-            "step_seconds": step_seconds,
-            "setup_seconds": setup_seconds,
-            "fit_seconds": record["fit_seconds"],
-            "evaluate_seconds": record["evaluate_seconds"],
-            "device": self.device_name,
-            "torch": torch.__version__,
-            "tiny": self.args.tiny,
-            "fingerprint": digest,
-            "cell_dir": str(cell_dir),
-            **more,
-        }
+        result = PlaybookRun(
+            run=name,
+            method=method,
+            method_class=record["method_class"],
+            planned_steps=steps,
+            steps=record["steps"],
+            target_epsilon=record["target_epsilon"],
+            privacy=record["privacy"],
+            noise_multiplier=report.get("noise_multiplier"),
+            epsilon_pld=report.get("epsilon_pld"),
+            metrics=record["metrics"],
+            step_seconds=step_seconds,
+            setup_seconds=setup_seconds,
+            fit_seconds=record["fit_seconds"],
+            evaluate_seconds=record["evaluate_seconds"],
+            device=self.device_name,
+            torch=torch.__version__,
+            tiny=self.args.tiny,
+            fingerprint=digest,
+            cell_dir=str(cell_dir),
+            jobs=jobs,
+        )
         self.write_samples(name, cell_dir / "samples.pt")
-        write_json(self.out / "runs" / f"{name}.json", result)
+        write_json(self.out / "runs" / f"{name}.json", dataclasses.asdict(result))
         self.runs[name] = result
-        epsilon = result["privacy"]["epsilon"]
+        epsilon = result.privacy["epsilon"]
         self.log(
-            f"{name}: ε = {epsilon:.4g} ({result['privacy'].get('accountant')}), "
+            f"{name}: ε = {epsilon:.4g} ({result.privacy.get('accountant')}), "
             f"{1e3 * step_seconds:.1f} ms/step, fit {record['fit_seconds']:.1f} s, "
             f"evaluation {record['evaluate_seconds']:.1f} s, metrics {_short(record['metrics'])}"
         )
@@ -521,8 +553,8 @@ class Playbook:
             self.log(f"{name}: training the autoencoder on the public half")
         run_prepare(suite, name, self.work)
 
-    def timing(self, run: dict) -> Timing:
-        return Timing(run["step_seconds"], run["setup_seconds"], run["evaluate_seconds"])
+    def timing(self, run: PlaybookRun) -> Timing:
+        return Timing(run.step_seconds, run.setup_seconds, run.evaluate_seconds)
 
     def time_autoencoder(self) -> dict:
         """Step time and batches per epoch of the autoencoder, from a few timed steps (public
@@ -647,7 +679,7 @@ class Playbook:
         self.log(f"plan: {seconds:.0f} s for the ladders, {reserve:.0f} s kept in reserve")
         return plan
 
-    def attempt(self, method: str, steps: int, epochs: int) -> dict | None:
+    def attempt(self, method: str, steps: int, epochs: int) -> PlaybookRun | None:
         """:meth:`run`, or ``None`` if it failed: the failure is logged, its traceback written
         to ``errors/<run>.txt`` and listed in the summary, and the other runs go on (a short
         loan should not lose every result to one run)."""
@@ -704,7 +736,25 @@ class Playbook:
     def write_results(self, plan: dict, finished: bool) -> dict:
         """``summary.json``, ``results.md`` and ``accuracy_vs_steps.png`` as they stand (written
         after every run, so that a call stopped at its deadline leaves them)."""
-        runs = sorted(self.runs.values(), key=lambda r: (METHODS.index(r["method"]), r["steps"]))
+        runs = sorted(self.runs.values(), key=lambda r: (METHODS.index(r.method), r.steps))
+        return self.write_summary(
+            runs,
+            finished,
+            budget_minutes=self.args.budget_minutes,
+            plan=plan,
+            step_seconds={m: t["step_seconds"] for m, t in plan["measured"].items()},
+            reused_runs=sorted(self.reused),
+            skipped_runs=self.skipped,
+            failed_runs=self.failed,
+            wall_seconds=round(self.elapsed(), 1),
+            within_budget=self.elapsed() <= self.budget,
+        )
+
+    def write_summary(self, runs: list[PlaybookRun], finished: bool, **facts: Any) -> dict:
+        """The one writer of ``summary.json`` (the machine, the target, the ``runs``, the
+        published numbers and the call's ``facts``), ``results.md`` and
+        ``accuracy_vs_steps.png`` in ``--out``."""
+        epsilon = self.base.epsilons[0]
         summary = {
             "suite": str(SUITE.relative_to(REPO)),
             "device": self.device_name,
@@ -712,24 +762,19 @@ class Playbook:
             "cuda": torch.version.cuda,
             "lightning": L.__version__,
             "python": platform.python_version(),
-            "target": {"epsilon": self.base.epsilons[0], "delta": self.base.delta},
+            "target": {"epsilon": epsilon, "delta": self.base.delta},
             "num_samples": self.suite("", "dp_sinkhorn", 1, 1).evaluation["num_samples"],
             "frechet": self.frechet_key(),
-            "budget_minutes": self.args.budget_minutes,
             "finished": finished,
             "tiny": self.args.tiny,
-            "plan": plan,
-            "step_seconds": {m: t["step_seconds"] for m, t in plan["measured"].items()},
-            "runs": runs,
-            "reused_runs": sorted(self.reused),
-            "skipped_runs": self.skipped,
-            "failed_runs": self.failed,
+            **facts,
+            "runs": [dataclasses.asdict(run) for run in runs],
             "published": [dataclasses.asdict(entry) for entry in PUBLISHED.values()],
         }
         (self.out / "results.md").write_text(markdown(summary))
-        plot(runs, self.out / "accuracy_vs_steps.png")
-        summary["wall_seconds"] = round(self.elapsed(), 1)
-        summary["within_budget"] = summary["wall_seconds"] <= self.budget
+        points = [run_point(dataclasses.asdict(run), self.device_name) for run in runs]
+        published = tuple(PUBLISHED.values())
+        plot_against_steps(points, published, self.out / "accuracy_vs_steps.png", epsilon)
         write_json(self.out / "summary.json", summary)
         return summary
 
@@ -877,43 +922,24 @@ class Playbook:
         return {**progress, "result": result, "failed_runs": []}
 
     def keep_single(self, record: dict, progress: dict, fingerprint: dict) -> dict:
-        """The scored run's JSON, samples and ``summary.json`` / ``results.md`` in ``--out``."""
+        """The scored run's JSON, samples and ``summary.json`` / ``results.md`` in ``--out``;
+        the run as a mapping. Its fit time is the sum over its jobs."""
         fit_seconds = progress.get("fit_seconds", record["fit_seconds"])
         step_seconds = progress.get("step_seconds") or fit_seconds / max(record["steps"], 1)
         result = self.keep(
             self.args.single_run,
             self.args.steps,
-            record,
+            {**record, "fit_seconds": fit_seconds},
             fingerprint["digest"],
             step_seconds,
             0.0,
             jobs=progress.get("jobs"),
-            fit_seconds=fit_seconds,
         )
-        summary = {
-            "suite": str(SUITE.relative_to(REPO)),
-            "device": self.device_name,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-            "lightning": L.__version__,
-            "python": platform.python_version(),
-            "target": {"epsilon": self.base.epsilons[0], "delta": self.base.delta},
-            "num_samples": self.suite("", "dp_sinkhorn", 1, 1).evaluation["num_samples"],
-            "frechet": self.frechet_key(),
-            "budget_minutes": None,
-            "single_run": progress,
-            "finished": True,
-            "tiny": self.args.tiny,
-            "runs": [result],
-            "reused_runs": [],
-            "skipped_runs": [],
-            "failed_runs": [],
-            "published": [dataclasses.asdict(entry) for entry in PUBLISHED.values()],
-        }
-        (self.out / "results.md").write_text(markdown(summary))
-        plot([result], self.out / "accuracy_vs_steps.png")
-        write_json(self.out / "summary.json", summary)
-        return result
+        self.write_summary(
+            [result], True, budget_minutes=None, single_run=progress, reused_runs=[],
+            skipped_runs=[], failed_runs=[],
+        )  # fmt: skip
+        return dataclasses.asdict(result)
 
     def say(self, line: str) -> None:
         """A job's last line: logged, and on stdout for the cluster's job log."""
@@ -921,17 +947,11 @@ class Playbook:
         print(line, flush=True)
 
     def write_samples(self, name: str, samples: Path) -> None:
-        import matplotlib
+        """The run's sample grid (10 per row) as ``samples/<run>.png``."""
+        from torchvision.utils import save_image
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from torchvision.utils import make_grid
-
-        images = torch.load(samples)
-        grid = make_grid(images.float(), nrow=10, normalize=True, value_range=(-1, 1), pad_value=1)
-        plt.imsave(
-            self.out / "samples" / f"{name}.png", grid[0].numpy(), cmap="gray", vmin=0, vmax=1
-        )
+        grid = images_to_grid(torch.load(samples), nrow=10)
+        save_image(grid, self.out / "samples" / f"{name}.png")
 
 
 # -- outputs -------------------------------------------------------------------------------------
@@ -943,12 +963,6 @@ def _inside(path: str | None, folder: Path) -> str | None:
         return str(Path(path).relative_to(folder))
     except ValueError:
         return path
-
-
-def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
 
 
 def _short(metrics: dict) -> str:
@@ -1030,50 +1044,6 @@ def longest_runs(summary: dict) -> list[dict]:
             "metrics": {k: (v, None) for k, v in metrics.items() if v is not None},
         }
     return list(rows.values())
-
-
-def plot(runs: list[dict], path: Path) -> None:
-    """Downstream accuracy (DP-Sinkhorn) and the Fréchet distance (both methods; FID when the
-    runs measured it, else the classifier FD) against steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (acc_ax, fd_ax) = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    for method in METHODS:
-        mine = [r for r in runs if r["method"] == method]
-        steps = [r["steps"] for r in mine]
-        for name in ("logreg", "mlp", "cnn"):
-            accuracy = [(r["metrics"].get("utility") or {}).get(name) for r in mine]
-            if any(a is not None for a in accuracy):
-                acc_ax.plot(steps, accuracy, marker="o", label=f"{method} {name}")
-        fd = [r["metrics"].get("fid", r["metrics"].get("fd_classifier")) for r in mine]
-        if any(v is not None for v in fd):
-            fd_ax.plot(steps, fd, marker="o", label=method)
-    for published in PUBLISHED.values():
-        cnn = published.metrics.get("utility_cnn")
-        if cnn is not None and published.steps is not None:
-            acc_ax.plot(
-                [published.steps], [cnn], marker="*", markersize=12, linestyle="none",
-                color="black", label=f"{published.method} CNN, {published.reference}",
-            )  # fmt: skip
-    acc_ax.set(xscale="log", xlabel="training steps", ylabel="accuracy on the real test split")
-    acc_ax.set_title("downstream accuracy, target ε = 10")
-    inception = any("fid" in r["metrics"] for r in runs)
-    fd_ax.set(
-        xscale="log",
-        xlabel="training steps",
-        ylabel="FID (Inception features)" if inception else "FD (classifier features)",
-    )
-    fd_ax.set_title("FID ↓" if inception else "classifier Fréchet distance ↓")
-    for ax in (acc_ax, fd_ax):
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # nothing to name before the first run
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # -- command line --------------------------------------------------------------------------------

@@ -185,13 +185,15 @@ def test_a_failed_run_is_listed_and_a_run_that_no_longer_fits_is_skipped(
         if steps > 50 and not self.runs.keys() - {"dp_sinkhorn_50steps"}:
             self.start -= 500.0  # the first rung took far longer than predicted
         name = f"{method}_{steps}steps"
-        self.runs[name] = {
-            "run": name, "method": method, "steps": steps, "noise_multiplier": 0.5,
-            "privacy": {"epsilon": 9.99, "accountant": "rdp", "adjacency": "add_or_remove_one"},
-            "metrics": {"fd_classifier": 100.0, "utility": {"logreg": 0.5, "mlp": 0.5, "cnn": 0.5}},
-            "step_seconds": 0.01, "setup_seconds": 1.0, "evaluate_seconds": 1.0,
-            "fit_seconds": 1.0 + 0.01 * steps,
-        }  # fmt: skip
+        self.runs[name] = playbook.PlaybookRun(
+            run=name, method=method, method_class="DPSinkhorn", planned_steps=steps, steps=steps,
+            target_epsilon=10.0, noise_multiplier=0.5, epsilon_pld=None,
+            privacy={"epsilon": 9.99, "accountant": "rdp", "adjacency": "add_or_remove_one"},
+            metrics={"fd_classifier": 100.0, "utility": {"logreg": 0.5, "mlp": 0.5, "cnn": 0.5}},
+            step_seconds=0.01, setup_seconds=1.0, evaluate_seconds=1.0,
+            fit_seconds=1.0 + 0.01 * steps, device="cpu", torch="", tiny=True, fingerprint="",
+            cell_dir="",
+        )  # fmt: skip
         return self.runs[name]
 
     monkeypatch.setattr(playbook.Playbook, "run", run)

@@ -55,6 +55,7 @@ __all__ = [
     "run_prepare",
     "score_cell",
     "train_cell",
+    "write_json",
 ]
 
 NOTIONS = ("local", "central")
@@ -65,7 +66,9 @@ NOTIONS = ("local", "central")
 PROTOCOL_VERSION = 2
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: Any) -> None:
+    """``obj`` as indented JSON at ``path``, replaced atomically (a reader never sees half a
+    file)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str))
     os.replace(tmp, path)
@@ -283,7 +286,7 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
     with _quiet():
         run_lightning(args)
     done = {"seconds": round(time.perf_counter() - start, 2), "digest": digest}
-    _write_json(run_dir / "done.json", done)
+    write_json(run_dir / "done.json", done)
     return run_dir
 
 
@@ -338,7 +341,7 @@ def train_cell(
         stored = json.loads(plan_path.read_text()) if plan_path.is_file() else None
         _check_fingerprint(cell, cell_dir, stored, fingerprint)
     cell_dir.mkdir(parents=True, exist_ok=True)
-    _write_json(plan_path, fingerprint)
+    write_json(plan_path, fingerprint)
     spec = suite.methods[cell.method]
     cli_args = [
         "--config", str(spec.config),
@@ -402,7 +405,7 @@ def score_cell(suite: Suite, cell: Cell, out_dir: Path, trained: TrainedCell) ->
         or (delta is not None and delta > suite.delta * (1 + 1e-9))
     ):
         record["privacy"]["exceeds_target"] = True  # (ε, δ) above the suite's target
-    _write_json(cell_dir / "cell.json", record)
+    write_json(cell_dir / "cell.json", record)
     return record
 
 
