@@ -77,7 +77,6 @@ import platform
 import statistics
 import sys
 import time
-import traceback
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +96,7 @@ from lightning_dpot.compare.lengths import plot_against_steps, run_point  # noqa
 from lightning_dpot.compare.published import PublishedResult, published_table  # noqa: E402
 from lightning_dpot.compare.runner import (  # noqa: E402
     cell_fingerprint,
+    record_failure,
     run_cell,
     run_prepare,
     score_cell,
@@ -697,11 +697,9 @@ class Playbook:
             return None
 
     def fail(self, name: str, err: Exception) -> None:
-        errors = self.out / "errors"
-        errors.mkdir(exist_ok=True)
-        (errors / f"{name}.txt").write_text(traceback.format_exc())
-        self.failed.append({"run": name, "error": f"{type(err).__name__}: {err}"})
-        self.log(f"{name}: FAILED ({type(err).__name__}: {err}); see {errors / name}.txt")
+        failure = record_failure(name, err, self.out / "errors")
+        self.failed.append(dataclasses.asdict(failure))
+        self.log(f"{name}: FAILED ({failure.error}); see {self.out / 'errors' / name}.txt")
 
     # -- everything ------------------------------------------------------------------------------
     def execute(self) -> dict:

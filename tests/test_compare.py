@@ -330,6 +330,25 @@ def test_every_cell_is_scored_on_the_same_count_or_refused_before_training(tmp_p
     assert record["metrics"]["num_samples"] == 200
 
 
+def test_a_failing_cell_is_listed_with_its_traceback_and_the_others_go_on(tmp_path, capsys):
+    methods = _methods("entropic_wgan", "dpswflow_r")
+    methods["dpswflow_r"]["set"] = {**CENTRAL, "model.init_args.num_particles": 150}  # < 200
+    path = _suite(tmp_path, methods, epsilons=(4.0,), seeds=(0,))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", "--config", str(path), "--output", str(out)])
+    assert exit_info.value.code == 1
+    failed = "dpswflow_r/half_circle/eps4/seed0"
+    summary = json.loads(capsys.readouterr().out)
+    assert [f["run"] for f in summary["failed_cells"]] == [failed]
+    assert summary["failed_cells"][0]["error"].startswith("ValueError: evaluation.num_samples=200")
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert [cell["method"] for cell in comparison["cells"]] == ["entropic_wgan"]
+    assert comparison["failed_cells"] == summary["failed_cells"]
+    assert "Traceback" in (out / "errors" / f"{failed}.txt").read_text()
+    assert f"Failed: {failed}: ValueError" in (out / "comparison.md").read_text()
+
+
 def test_a_prepare_step_is_reused_only_under_its_own_fingerprint(tmp_path):
     """A finished prepare step (e.g. the DPSW autoencoder) is reused as it is only when its config
     and overrides are unchanged; otherwise the cells that use it would mix two versions."""

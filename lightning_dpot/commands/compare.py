@@ -13,7 +13,10 @@ writes to ``DIR`` (default ``runs/compare/<suite name>``):
 * ``plots/<source>_<metric>.png`` (metric against ε per method, ±1 std over seeds) and
   ``plots/<source>_samples.png`` (samples side by side at each ε).
 
-Rerunning the command resumes: finished cells are read back, not redone. With
+A cell that raises is listed (``failed_cells`` in ``comparison.json`` and a line under the
+table, its traceback in ``errors/<cell>.txt``) and the other cells go on; the command then exits
+with status 1. Rerunning the command resumes: finished cells are read back, not redone, and
+failed ones are tried again. With
 ``--feature_extractor_weights_path`` the suite's Fréchet distance is FID on InceptionV3 features
 from that local file (docs/evaluation.md says how to get it), never the classifier FD, and its
 rows sit beside the published FIDs; the evaluation is part of every cell's fingerprint, so such a
@@ -26,6 +29,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from lightning_dpot.commands.flags import refuse_old_spellings
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> dict:
         plot_metrics,
         plot_samples,
     )
-    from lightning_dpot.compare.runner import run_cell, run_prepare
+    from lightning_dpot.compare.runner import record_failure, run_cell, run_prepare
     from lightning_dpot.compare.suite import (
         check_inception_weights,
         load_suite,
@@ -71,7 +75,7 @@ def run(args: argparse.Namespace) -> dict:
     cells = suite.cells()
     finished = sum((out_dir / "cells" / c.key / "cell.json").is_file() for c in cells)
     start = time.perf_counter()
-    records = []
+    records, failed = [], []
     for name in suite.prepare:
         print(f"dpot compare: prepare {name}", file=sys.stderr)
         run_prepare(suite, name, out_dir)
@@ -79,9 +83,22 @@ def run(args: argparse.Namespace) -> dict:
         for cell in cells:
             done = (out_dir / "cells" / cell.key / "cell.json").is_file()
             bar.set_postfix_str(cell.key)
-            records.append(run_cell(suite, cell, out_dir))
+            try:
+                records.append(run_cell(suite, cell, out_dir))
+            except Exception as err:  # listed, with its traceback; the others go on
+                failed.append(record_failure(cell.key, err, out_dir / "errors"))
+                print(
+                    f"\ndpot compare: {cell.key} failed ({failed[-1].error}); traceback in "
+                    f"{out_dir / 'errors' / cell.key}.txt",
+                    file=sys.stderr,
+                )
             if not done:
                 bar.update(1)
+    if not records:
+        raise RuntimeError(
+            f"every cell failed; the first: {failed[0].run}: {failed[0].error} (tracebacks in "
+            f"{out_dir / 'errors'})"
+        )
     above = [r["method"] + "/" + r["source"] for r in records if r["privacy"].get("exceeds_target")]
     if above:
         print(
@@ -90,10 +107,12 @@ def run(args: argparse.Namespace) -> dict:
             file=sys.stderr,
         )
     rows = aggregate(records)
-    (out_dir / "comparison.json").write_text(
-        json.dumps(comparison_record(suite, records, rows), indent=2, default=str)
+    failures = [asdict(failure) for failure in failed]
+    record = {**comparison_record(suite, records, rows), "failed_cells": failures}
+    (out_dir / "comparison.json").write_text(json.dumps(record, indent=2, default=str))
+    table = markdown_table(suite, rows) + "".join(
+        f"\nFailed: {f.run}: {f.error} (errors/{f.run}.txt)\n" for f in failed
     )
-    table = markdown_table(suite, rows)
     (out_dir / "comparison.md").write_text(table + "\n")
     plots = plot_metrics(rows, out_dir / "plots") + plot_samples(
         suite, records, out_dir / "plots", out_dir / "cells"
@@ -106,6 +125,7 @@ def run(args: argparse.Namespace) -> dict:
         "comparison": str(out_dir / "comparison.json"),
         "table": str(out_dir / "comparison.md"),
         "plots": [str(p) for p in plots],
+        "failed_cells": failures,
     }
 
 
@@ -115,3 +135,5 @@ def main(argv: list[str]) -> None:
     summary = run(args)
     print(Path(summary["table"]).read_text(), file=sys.stderr)
     print(json.dumps(summary, indent=2))
+    if summary["failed_cells"]:
+        raise SystemExit(1)

@@ -21,6 +21,10 @@ fingerprint differs on a rerun (an edited config or suite) is refused, naming wh
 instead of mixing old and new cells in one table or resuming a checkpoint under other settings.
 Every cell is scored on the suite's ``num_samples``; a model that cannot draw that many (a
 particle flow) is refused before it trains.
+
+A cell that raises does not end the grid: ``record_failure`` writes its traceback to
+``errors/<cell>.txt`` and the caller lists it (``dpot compare`` then exits with status 1; a rerun
+retries it, as a cell without ``cell.json``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import logging
 import math
 import os
 import time
+import traceback
 import warnings
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -47,10 +52,12 @@ from lightning_dpot.data.protocols import held_out_split
 from lightning_dpot.generative import draw
 
 __all__ = [
+    "FailedRun",
     "TrainedCell",
     "cell_fingerprint",
     "cell_privacy",
     "evaluate_model",
+    "record_failure",
     "run_cell",
     "run_prepare",
     "score_cell",
@@ -72,6 +79,24 @@ def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(obj, indent=2, default=str))
     os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """A cell or run that raised: its name and its error in one line; the traceback is in
+    ``errors/<run>.txt`` of the run directory."""
+
+    run: str
+    error: str
+
+
+def record_failure(name: str, err: BaseException, errors_dir: Path) -> FailedRun:
+    """Write the traceback being handled (call inside ``except``) to ``errors_dir/<name>.txt``
+    and return the failure."""
+    path = errors_dir / f"{name}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(traceback.format_exc())
+    return FailedRun(name, f"{type(err).__name__}: {err}")
 
 
 def cell_privacy(report: dict) -> dict:
