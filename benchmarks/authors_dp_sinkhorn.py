@@ -1,6 +1,6 @@
 """DP-Sinkhorn's training step as the authors' own code runs it, imported from the user's checkout.
 
-:class:`AuthorsSide` times one generator step of https://github.com/nv-tlabs/DP-Sinkhorn_code
+``AuthorsSide`` times one generator step of https://github.com/nv-tlabs/DP-Sinkhorn_code
 (Cao et al. 2021) checked out at ``--authors-code PATH``; nothing of that code is kept in this
 repository. It runs their modules at the README's MNIST command (m = 1):
 
@@ -172,7 +172,7 @@ def _sync(device) -> None:
 
 
 class AuthorsSide:
-    """Their generator, Adam and loss; :meth:`step` runs and times one ``train_step`` of theirs.
+    """Their generator, Adam and loss; ``step`` runs and times one ``train_step`` of theirs.
 
     ``reference_error(side, real, real_labels)``: the benchmark's gradient check, given the
     attributes it reads (``captured``, ``fake``, ``labels``, ``n``, ``n_prime``, ``eps``).

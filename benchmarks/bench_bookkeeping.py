@@ -1,7 +1,7 @@
 """Cost of the privacy bookkeeping per training step, and whether it grows with the step count.
 
-Two real Lightning fits on the CPU (one thread), each with the :class:`~lightning_dpot.callbacks.
-PrivacyAccountantCallback` that ``dpot fit`` attaches and its release journal:
+Two real Lightning fits on the CPU (one thread), each with the ``lightning_dpot.callbacks.
+PrivacyAccountantCallback`` that ``dpot fit`` attaches and its release journal:
 
 * ``toy``: a module whose training step does nothing but call a toy release object (one
   Poisson-subsampled Gaussian event per step), so the step is bookkeeping; ``--releases``

@@ -8,7 +8,7 @@ Sides, timed in turn step after step (same thread, same load):
   as CUDA graphs (``cuda_graphs=True``).
 * ``old``: the package at ``--old-rev``: its fixed-budget private solve where it has one,
   else Sinkhorn sweeps to tol 1e-3 with a 2,000-sweep cap (the default, b8dc265),
-  loaded with :func:`revision.load_revision`.
+  loaded with ``revision.load_revision``.
 * ``official``: the configuration of the authors' released code — geomloss 0.3.1
   ``SamplesLoss("sinkhorn", p=2, blur, debias=False, backend="tensorized")`` (default scaling
   0.5, diameter from the data) with the ‖x − y‖₂² + m‖x − y‖₁ cost as a dense callable over an
@@ -24,15 +24,15 @@ Sides, timed in turn step after step (same thread, same load):
   ``train_step`` of ``sinkhorn_poisson.py`` with their generator (``src/architecture/dcgan.py``),
   cost (``src/cost_function.py``) and geomloss loss at the README's MNIST flags (``--p 1
   --sinkhorn_eps 0.05``: ε = 0.05), n' = 20, σ = 1.5, on the same real batch
-  (:mod:`authors_dp_sinkhorn` says what it runs and how the parts are split). Every side is also
+  (``authors_dp_sinkhorn`` says what it runs and how the parts are split). Every side is also
   reported against it (``vs_authors``).
 
 Settings (paper, App. D.3): n = 50 real and n + ⌊0.4n⌋ = 70 generated rows, λ = 0.05, m = 1,
 α_c = 15, clip 0.5, σ = 1.5, q = 1/1200; random images as the real batch. One step = generator
 forward, loss, backward through the hook and the generator, Adam step. Reported per side: the
 median step time and its parts, and the error of the loss gradient w.r.t. the generated images
-(before the hook) against a float64 reference plan (:func:`~lightning_dpot.ot.reference.
-entropic_plan_newton`) at the side's own ε, on the first step's batch.
+(before the hook) against a float64 reference plan (``lightning_dpot.ot.reference.
+entropic_plan_newton``) at the side's own ε, on the first step's batch.
 
     python benchmarks/bench_dp_sinkhorn_step.py --threads 1 --steps 20 \
         --out docs/results/bench_dp_sinkhorn_step_cpu.json
@@ -81,7 +81,7 @@ def _sanitizer_class(pkg):
 
 
 class Side:
-    """One side's generator, optimizer and loss; :meth:`step` runs and times one step."""
+    """One side's generator, optimizer and loss; ``step`` runs and times one step."""
 
     def __init__(self, name: str, pkg, args, device) -> None:
         import torch
@@ -219,8 +219,8 @@ class Side:
 
 
 def _dispatch(side: Side, real, real_labels, steps: int = 3) -> dict:
-    """Operations dispatched and host waits per step (:mod:`lightning_dpot.callbacks.
-    step_profile`), counted by the profiler over ``steps`` untimed steps."""
+    """Operations dispatched and host waits per step (``lightning_dpot.callbacks.
+    step_profile``), counted by the profiler over ``steps`` untimed steps."""
     from torch.profiler import profile
 
     from lightning_dpot.callbacks.step_profile import count_events

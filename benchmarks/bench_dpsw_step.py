@@ -6,10 +6,10 @@ Setting: 10,000 particles in d = 8, N_θ = 70 directions, a released target of
 m = 250 noisy projections (one DPSWflow-r minibatch), σ = 0.68, λ = 0.001. Reports the median
 over repeats of
 
-* ``flow_step``: :func:`~lightning_dpot.ot.sliced_flow.sliced_flow_step` alone (projection, particle
+* ``flow_step``: ``lightning_dpot.ot.sliced_flow.sliced_flow_step`` alone (projection, particle
   noise, ranks, target quantiles, drift, Euler–Maruyama update);
 * ``dpswflow_r_step``: a full DPSWflow-r step (fresh Θ, Gaussian release of the minibatch, sort,
-  flow step) as :class:`~lightning_dpot.methods.DPSWFlowR` does it.
+  flow step) as ``lightning_dpot.methods.DPSWFlowR`` does it.
 
 On CPU, and on CUDA when a GPU is present. Prints one JSON object.
 """

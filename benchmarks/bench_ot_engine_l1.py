@@ -7,8 +7,8 @@ turn every round (same thread, same load), after a warm-up call on a subsample (
 compiles there):
 
 * ``new``: ``EntropicOT(1, λ, diameter, backend="multiscale")`` of this package (the exact ℓ1
-  kernel of :mod:`lightning_dpot.ot.laplace`, tol 1e-3);
-* ``old``: the same at ``--old-rev`` (truncated KeOps kernel), via :func:`revision.load_revision`;
+  kernel of ``lightning_dpot.ot.laplace``, tol 1e-3);
+* ``old``: the same at ``--old-rev`` (truncated KeOps kernel), via ``revision.load_revision``;
 * ``geomloss-multiscale-0.9`` / ``-0.99``: geomloss 0.3.1 ``SamplesLoss("sinkhorn", p=1,
   blur=λ, cost=("Sum(Abs(X-Y))", l1_cost), backend="multiscale", debias=False)`` at scaling 0.9
   and 0.99 (ε = blur^p = λ, the same objective);

@@ -14,7 +14,7 @@ Gaussian noise, in 3-D the unit sphere plus Gaussian noise, σ = 1.59; λ = 2σ�
    slope of time against n (no all-pairs reference at these sizes).
 
 ``new`` is ``EntropicOT(2, λ, D, backend="auto")`` (tol 1e-3) of the working tree, ``old`` the
-same at ``--old-rev`` (:func:`revision.load_revision`), geomloss 0.3.1
+same at ``--old-rev`` (``revision.load_revision``), geomloss 0.3.1
 ``SamplesLoss("sinkhorn", p=2, blur=√(λ/2), debias=False)`` with its value doubled (its cost is
 ½‖·‖²). Each side's time is one value and gradient w.r.t. x (forward + backward), after a
 warm-up call. Errors are against a float64 log-domain Sinkhorn on all pairs (halving ε from D²

@@ -1,4 +1,4 @@
-r"""The multiscale backend's Taylor kernel (:mod:`lightning_dpot.ot.expansion`) at benchmark
+r"""The multiscale backend's Taylor kernel (``lightning_dpot.ot.expansion``) at benchmark
 scale: its error against the exact softmin next to the bound it certifies, and its time.
 
 At the OT benchmark's 20,000 × 20,000 p = 2 case (``bench_ot_backends.py``: [−1, 1]² against

@@ -16,12 +16,12 @@ of 15 % is kept for what the plan cannot see):
 2. **Plan.** The autoencoder gets the paper's 30 epochs or what fits in a sixth of the budget.
    Each method gets a geometric ladder T_k = T_top / r^k (k = 0, …, K − 1; ``--ratio`` r,
    ``--rungs`` K at most) whose predicted cost Σ_k (set-up + T_k · step + evaluation) fits its
-   share of the time left (:func:`allocate`, :func:`ladder`), with T_top capped at the paper's
+   share of the time left (``allocate``, ``ladder``), with T_top capped at the paper's
    budget: 280,000 steps of expected batch 50 for DP-Sinkhorn on Fashion-MNIST (Cao et al.
    2021, App. D.4), 35 epochs of 120 steps of b = 250 for DPSWflow-r (Sebag et al. 2023,
    App. C). The plan is logged and written to ``plan.json``.
 3. **Run** the ladders, shortest run first, through the package's suite runner
-   (:func:`lightning_dpot.compare.runner.run_cell` on ``configs/compare/fashion_gpu_playbook.yaml``
+   (``lightning_dpot.compare.runner.run_cell`` on ``configs/compare/fashion_gpu_playbook.yaml``
    with ``trainer.max_steps = T``): one ``dpot fit`` per run with σ calibrated for its T steps
    (``target_epsilon``), the ε of the run's own accountant, and the suite's evaluation: the
    classifier Fréchet distance (``lightning_dpot.metrics.fid``) and the downstream LogReg / MLP /
@@ -36,11 +36,11 @@ of 15 % is kept for what the plan cannot see):
 
 **Resumable.** A second call with the same settings reuses ``plan.json`` (so the ladder is the
 same) and every run whose JSON in ``--out`` carries the same fingerprint (composed config,
-overrides, δ, evaluation, autoencoder; :func:`lightning_dpot.compare.runner.cell_fingerprint`);
+overrides, δ, evaluation, autoencoder; ``lightning_dpot.compare.runner.cell_fingerprint``);
 a run interrupted in ``--work-dir`` (checkpoints, caches) resumes from its checkpoint.
 
 **One private run across time-limited jobs.** ``--single-run dp_sinkhorn --steps 280000
---job-minutes 50 --state DIR`` trains one run of the paper's length (:data:`PAPER_STEPS`) across
+--job-minutes 50 --state DIR`` trains one run of the paper's length (``PAPER_STEPS``) across
 as many calls as it takes, each call one job (a cluster's time limit, a preemption):
 
     python benchmarks/gpu_playbook.py --data-dir /usr/share/datasets/fashion-mnist \\
@@ -51,11 +51,11 @@ The first job fixes the plan in ``DIR/run.json`` (σ calibrated once, for the pl
 or other settings is refused in one line. Each job resumes the run in ``DIR`` (given to it from
 the previous job's output, at any path: the runner names the moved release journal to the
 accountant, which checks it against the checkpoint), trains until the next step would end past
-``--job-minutes`` less ``--margin-minutes`` (:class:`JobClock`: the checkpoint is written inside
+``--job-minutes`` less ``--margin-minutes`` (``JobClock``: the checkpoint is written inside
 the last batch, and every ``--checkpoint-minutes``), writes ``DIR/progress.json`` (steps done
 and planned, ε so far, σ, jobs) and exits 0 with a line saying what is left ("run again to
 continue"). The training steps' latents continue from the checkpoint
-(:class:`~lightning_dpot.callbacks.TrainingRngStream`), so the jobs make the uninterrupted run.
+(``lightning_dpot.callbacks.TrainingRngStream``), so the jobs make the uninterrupted run.
 The job that reaches the planned length scores the run like the ladder's runs and writes
 ``--out`` (default ``DIR/results``).
 
@@ -92,7 +92,7 @@ import torch  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
 from lightning_dpot.callbacks import TrainingRngStream  # noqa: E402
-from lightning_dpot.compare.lengths import plot_against_steps, run_point  # noqa: E402
+from lightning_dpot.compare.lengths import length_table, plot_against_steps, run_point  # noqa: E402
 from lightning_dpot.compare.published import PublishedResult, published_table  # noqa: E402
 from lightning_dpot.compare.runner import (  # noqa: E402
     cell_fingerprint,
@@ -271,7 +271,7 @@ def allocate(
     ratio: float,
     rungs: int,
 ) -> dict[str, list[int]]:
-    """One ladder per method (:func:`ladder`) within ``seconds`` in all.
+    """One ladder per method (``ladder``) within ``seconds`` in all.
 
     Each method gets the cost of its shortest useful run (twice the probe), cheapest first, as
     long as they fit; the rest is shared equally on top, and what a method whose ladder reaches
@@ -428,7 +428,7 @@ class Playbook:
         self, name: str, method: str, steps: int, epochs: int, idx_dir: str | None = None
     ) -> Suite:
         """The playbook's suite for one run: ``method`` as ``name`` with ``trainer.max_steps =
-        steps`` on ``--data-dir`` (or ``idx_dir``, :meth:`source`) and the ``--set`` values;
+        steps`` on ``--data-dir`` (or ``idx_dir``, ``source``) and the ``--set`` values;
         DPSWflow-r with the autoencoder of ``epochs`` (the prepare step, named for its epochs),
         DP-Sinkhorn with no prepare step (none is part of its fingerprint)."""
         spec = self.base.methods[method]
@@ -680,7 +680,7 @@ class Playbook:
         return plan
 
     def attempt(self, method: str, steps: int, epochs: int) -> PlaybookRun | None:
-        """:meth:`run`, or ``None`` if it failed: the failure is logged, its traceback written
+        """``run``, or ``None`` if it failed: the failure is logged, its traceback written
         to ``errors/<run>.txt`` and listed in the summary, and the other runs go on (a short
         loan should not lose every result to one run)."""
         try:
@@ -779,7 +779,7 @@ class Playbook:
     # -- one private run across time-limited jobs -------------------------------------------------
     def single_cell(self) -> tuple[Suite, Cell, dict]:
         """``--single-run``'s one-cell suite, its cell and its fingerprint, in which the data
-        are named by their contents (:func:`data_digest`), not by where this job finds them."""
+        are named by their contents (``data_digest``), not by where this job finds them."""
         method, steps = self.args.single_run, self.args.steps
         name = f"{method}_{steps}steps"
         suite = self.suite(name, method, steps, 1)
@@ -986,7 +986,6 @@ def markdown(summary: dict) -> str:
         if key == "fid"
         else "FD: Fréchet distance on the project classifier's features (not FID). "
     )
-    column = "FID (Inception) ↓" if key == "fid" else "FD (classifier) ↓"
     lines = [
         "# GPU playbook: DP-Sinkhorn and DPSWflow-r on Fashion-MNIST",
         "",
@@ -999,21 +998,8 @@ def markdown(summary: dict) -> str:
         "(full protocol of Cao et al. 2021, App. D.2), tested on the real test images; "
         "DPSWflow-r is unconditional (no labels, no accuracy).",
         "",
-        f"| method | steps | σ (noise multiplier) | ε (accountant) | {column} "
-        "| LogReg ↑ | MLP ↑ | CNN ↑ | ms/step | fit s | evaluation s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        length_table(run_point(run, summary["device"]) for run in summary["runs"]).rstrip(),
     ]
-    for run in summary["runs"]:
-        metrics, utility = run["metrics"], run["metrics"].get("utility") or {}
-        privacy = run["privacy"]
-        lines.append(
-            f"| {run['method']} | {run['steps']:,} | {_cell(run['noise_multiplier'], '.4g')} "
-            f"| {privacy['epsilon']:.4g} ({privacy.get('accountant')}, "
-            f"{privacy.get('adjacency')}) | {_cell(metrics.get(key), '.1f')} "
-            f"| {_cell(utility.get('logreg'))} | {_cell(utility.get('mlp'))} "
-            f"| {_cell(utility.get('cnn'))} | {1e3 * run['step_seconds']:.1f} "
-            f"| {run['fit_seconds']:.1f} | {run['evaluate_seconds']:.1f} |"
-        )
     published = tuple(PublishedResult(**entry) for entry in summary["published"])
     lines += ["", *published_table(published, (), longest_runs(summary))]
     lengths = ", ".join(f"{e.method} {e.steps:,}" for e in published if e.steps is not None)

@@ -248,7 +248,7 @@ def settings(args: argparse.Namespace) -> dict:
 
 def merged(path: Path, rows: list[dict], args: argparse.Namespace) -> list[dict]:
     """``rows`` with the other panels of an earlier call into the same ``--out`` with the same
-    :data:`SETTINGS`, in the order of :data:`PANELS`: one figure per call adds up."""
+    ``SETTINGS``, in the order of ``PANELS``: one figure per call adds up."""
     previous: list[dict] = []
     if path.exists():
         earlier = json.loads(path.read_text())

@@ -1,5 +1,5 @@
 r"""The entropic solver of an earlier revision against the installed one, in one process: value,
-gradients and :class:`SinkhornInfo` of every backend (bit for bit), and the time of each solve
+gradients and ``SinkhornInfo`` of every backend (bit for bit), and the time of each solve
 (value and gradient, median of interleaved repeats).
 
     python benchmarks/ot_revision_check.py --rev 98aaa0d \

@@ -38,7 +38,7 @@ _KEEP: list[tempfile.TemporaryDirectory] = []
 
 def load_revision(rev: str, repo: str | Path = ".") -> ModuleType:
     """The package as of ``rev`` (any git revision of ``repo``) with those of
-    :data:`SUBMODULES` it has imported."""
+    ``SUBMODULES`` it has imported."""
     archive = subprocess.run(
         ["git", "-C", str(repo), "archive", "--format=tar", rev, PACKAGE],
         check=True,

@@ -43,7 +43,7 @@ DP_MERF_RUN = {  # Harder et al. 2021: one release, central DP
 
 def test_a_central_runs_summary_states_the_ledger_total_beside_its_own_epsilon(tmp_path, capsys):
     earlier = CentralDPDataModule(Digits(), sample_rate=0.5)  # this test's ledger (conftest)
-    earlier.ledger_settle(earlier.ledger_open(10.0, 1e-5, {}), 10.0, 1e-5)
+    earlier.run_ledger.settle(earlier.run_ledger.open(10.0, 1e-5, {}), 10.0, 1e-5)
     config = {
         **DP_MERF_RUN,
         "trainer": {**DP_MERF_RUN["trainer"], "default_root_dir": str(tmp_path)},

@@ -29,7 +29,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_dpot.data.ledger import CentralRunLedger
+from lightning_dpot.data.ledger import RunLedger
 from lightning_dpot.privacy.accounting.composition import Composition
 from lightning_dpot.privacy.accounting.journal import ReleaseJournal
 from lightning_dpot.privacy.accounting.migration import migrate_accountant_state
@@ -150,16 +150,16 @@ class RunRecord:
         """Enter the run in its data module's ledger before its first release, at ``planned()``
         (the most it may spend). A resume whose entry the ledger holds for the same records
         reopens it (an earlier settlement counted only the releases made before it)."""
-        datamodule = trainer.datamodule
-        if not trainer.is_global_zero or not isinstance(datamodule, CentralRunLedger):
+        ledger = getattr(trainer.datamodule, "run_ledger", None)
+        if not trainer.is_global_zero or not isinstance(ledger, RunLedger):
             return
         most, kept = planned(), self.ledger_entry
-        if kept is not None and datamodule.ledger_holds(kept[0]):
+        if kept is not None and ledger.holds(kept[0]):
             most = max(most, kept[1])
-            datamodule.ledger_reopen(kept[0], most, delta)
+            ledger.reopen(kept[0], most, delta)
             self.ledger_entry = (kept[0], most)
             return
-        self.ledger_entry = (datamodule.ledger_open(most, delta, facts), most)
+        self.ledger_entry = (ledger.open(most, delta, facts), most)
 
     def settle_ledger_entry(
         self, trainer: L.Trainer, epsilon: float, delta: float | None, unaccounted: int
@@ -169,7 +169,7 @@ class RunRecord:
         settled: it keeps the ε it was opened at, which bounds what the run may spend."""
         if self.ledger_entry is None or self.ledger is not None or not trainer.is_global_zero:
             return
-        datamodule = trainer.datamodule
+        ledger: RunLedger = trainer.datamodule.run_ledger
         if unaccounted:
             warnings.warn(
                 f"PrivacyAccountantCallback: {unaccounted} release(s) were emitted but not "
@@ -179,14 +179,14 @@ class RunRecord:
                 stacklevel=3,
             )
         else:
-            datamodule.ledger_settle(self.ledger_entry[0], epsilon, delta)
+            ledger.settle(self.ledger_entry[0], epsilon, delta)
         self.ledger = {
             "entry": self.ledger_entry[0],
-            "all_releases_of_these_records": datamodule.ledger_total().as_dict(),
+            "all_releases_of_these_records": ledger.total().as_dict(),
             "composition": "basic (sum of epsilons and deltas), worst record",
-            "keying": datamodule.ledger_keying,
-            "privacy_budget": datamodule.ledger_settings.budget,
-            "path": str(datamodule.ledger.path),
+            "keying": ledger.keying,
+            "privacy_budget": ledger.settings.budget,
+            "path": str(ledger.book.path),
         }
 
 

@@ -36,7 +36,8 @@ CLASSIFIERS = ("logreg", "mlp", "cnn")
 class LengthPoint:
     """A method's scores after ``steps`` training steps on ``device``: the mean over ``seeds``
     runs of each metric (``fd_classifier``, ``fid``, ``utility_logreg`` / ``_mlp`` /
-    ``_cnn``), the largest ε they reported and their mean fit time."""
+    ``_cnn``), the largest ε they reported and their mean fit time; for a single run also its
+    accountant and adjacency (``guarantee``), σ and step and evaluation times."""
 
     method: str
     device: str
@@ -45,6 +46,10 @@ class LengthPoint:
     epsilon: float
     metrics: dict[str, float]
     fit_seconds: float
+    guarantee: str | None = None
+    noise_multiplier: float | None = None
+    step_seconds: float | None = None
+    evaluate_seconds: float | None = None
 
 
 def _metrics(record: dict) -> dict[str, float]:
@@ -92,10 +97,14 @@ def points_from_cells(
 
 def run_point(run: dict, device: str) -> LengthPoint:
     """The point of one run (a GPU playbook run: ``method``, ``steps``, ``privacy``,
-    ``metrics``, ``fit_seconds``)."""
+    ``metrics``, ``fit_seconds`` and, where it has them, ``noise_multiplier``,
+    ``step_seconds``, ``evaluate_seconds``)."""
+    privacy = run["privacy"]
+    guarantee = ", ".join(str(privacy[k]) for k in ("accountant", "adjacency") if privacy.get(k))
     return LengthPoint(
-        run["method"], device, run["steps"], 1, run["privacy"]["epsilon"], _metrics(run),
-        run["fit_seconds"],
+        run["method"], device, run["steps"], 1, privacy["epsilon"], _metrics(run),
+        run["fit_seconds"], guarantee or None, run.get("noise_multiplier"),
+        run.get("step_seconds"), run.get("evaluate_seconds"),
     )  # fmt: skip
 
 
@@ -104,18 +113,31 @@ def _cell(value: float | None, digits: int = 3) -> str:
 
 
 def length_table(points: Iterable[LengthPoint]) -> str:
-    """The points as Markdown, by machine, method and length."""
-    lines = [
-        "| device | method | steps | seeds | ε (largest) | FD (classifier) ↓ | LogReg ↑ | MLP ↑ "
-        "| CNN ↑ | fit s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for p in sorted(points, key=lambda p: (p.device, p.method, p.steps)):
+    """The points as Markdown, by machine, method and length: the Inception FID where any point
+    measured it, else the classifier FD; σ, ms/step and evaluation time where any point has
+    them."""
+    points = sorted(points, key=lambda p: (p.device, p.method, p.steps))
+    fid = any("fid" in p.metrics for p in points)
+    sigma = any(p.noise_multiplier is not None for p in points)
+    timed = any(p.step_seconds is not None for p in points)
+    scored = any(p.evaluate_seconds is not None for p in points)
+    titles = [
+        "device", "method", "steps", "seeds", *(["σ (noise multiplier)"] if sigma else []),
+        "ε (largest)", "FID (Inception) ↓" if fid else "FD (classifier) ↓",
+        "LogReg ↑", "MLP ↑", "CNN ↑", *(["ms/step"] if timed else []), "fit s",
+        *(["evaluation s"] if scored else []),
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(titles) + " |", "|" + "---|" * len(titles)]
+    for p in points:
+        epsilon = f"{p.epsilon:.4g}" + (f" ({p.guarantee})" if p.guarantee else "")
+        step_ms = None if p.step_seconds is None else 1e3 * p.step_seconds
         cells = [
-            p.device, p.method, f"{p.steps:,}", str(p.seeds), f"{p.epsilon:.4g}",
-            _cell(p.metrics.get("fd_classifier"), 4),
+            p.device, p.method, f"{p.steps:,}", str(p.seeds),
+            *([_cell(p.noise_multiplier, 4)] if sigma else []), epsilon,
+            _cell(p.metrics.get("fid" if fid else "fd_classifier"), 4),
             *(_cell(p.metrics.get(f"utility_{k}")) for k in CLASSIFIERS),
-            f"{p.fit_seconds:.0f}",
+            *([_cell(step_ms, 3)] if timed else []), f"{p.fit_seconds:.0f}",
+            *([_cell(p.evaluate_seconds, 3)] if scored else []),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -59,7 +59,7 @@ from lightning_dpot.checks import (
     check_probability,
 )
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import CentralRunLedger, LedgerSettings, RecordKeys
+from lightning_dpot.data.ledger import LedgerSettings, RecordKeys, RunLedger
 from lightning_dpot.data.ledger_public import source_part
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.sources import DataSource, check_source_splits
@@ -68,7 +68,7 @@ from lightning_dpot.data.tensor_batches import TensorBatches
 __all__ = ["CentralDPDataModule"]
 
 
-class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
+class CentralDPDataModule(L.LightningDataModule):
     """Poisson-sampled raw (record, label) batches for a sanitizing central-DP module.
 
     Args:
@@ -160,14 +160,13 @@ class CentralDPDataModule(CentralRunLedger, L.LightningDataModule):
         self.train_labels: Tensor | None = None
         self.test_records: Tensor | None = None
         self.test_labels: Tensor | None = None
-        self.init_ledger(ledger)
+        self.run_ledger = RunLedger(ledger, self)  # the privacy accountant's entry
+        self.ledger, self.ledger_settings = self.run_ledger.book, self.run_ledger.settings
 
-    @override
     def private_record_keys(self) -> RecordKeys:
         """Ledger keys of every training record (all of them are private)."""
         return self.ledger.training_keys(self.source.load())
 
-    @override
     def private_record_part(self) -> dict:
         return source_part(self.source, "train")
 

@@ -62,7 +62,7 @@ from lightning_dpot.checks import (
     check_unit_ball,
 )
 from lightning_dpot.data.fingerprint import check_fingerprint
-from lightning_dpot.data.ledger import CentralRunLedger, LedgerSettings, RecordKeys
+from lightning_dpot.data.ledger import LedgerSettings, RecordKeys, RunLedger
 from lightning_dpot.data.ledger_public import source_part, split_part
 from lightning_dpot.data.poisson import poisson_dataloader
 from lightning_dpot.data.replicated import replicated_loader
@@ -127,7 +127,7 @@ def load_autoencoder_checkpoint(
     return PublicPrivateSplit.from_dict(checkpoint[SPLIT_CHECKPOINT_KEY])
 
 
-class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
+class PrivateLatentDataModule(L.LightningDataModule):
     """Stage 2: ℓ2-normalized latents of the private split (module docstring).
 
     Args:
@@ -239,9 +239,9 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         self.test_labels: Tensor | None = None
         if self.autoencoder is not None:
             self.autoencoder.requires_grad_(False)
-        self.init_ledger(ledger)
+        self.run_ledger = RunLedger(ledger, self)  # the privacy accountant's entry
+        self.ledger, self.ledger_settings = self.run_ledger.book, self.run_ledger.settings
 
-    @override
     def private_record_keys(self) -> RecordKeys:
         """Ledger keys of the private records: the raw records of the private part of the
         public/private split, or every training record without an autoencoder (2-D toy)."""
@@ -251,7 +251,6 @@ class PrivateLatentDataModule(CentralRunLedger, L.LightningDataModule):
         split = make_public_private_split(splits.train, self.public_fraction, self.split_seed)
         return self.ledger.training_keys(splits, torch.tensor(split.private, dtype=torch.long))
 
-    @override
     def private_record_part(self) -> dict:
         if self.autoencoder is None:
             return source_part(self.source, "train")

@@ -48,11 +48,13 @@ is refused before anything is released unless the data module's ``ledger`` says
 Lines written before public uses existed read as releases, as they were written.
 
 The file itself is ``PrivacyLedger``, the record keys
-``lightning_dpot.data.ledger_keys``; this module adds what a central-DP data module needs
-(``CentralRunLedger``).
+``lightning_dpot.data.ledger_keys``; this module adds the account a central-DP data module owns
+(``RunLedger``).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from torch import Tensor
 
@@ -72,7 +74,7 @@ from lightning_dpot.data.sources import DataSource
 __all__ = [
     "BUDGET_REMEDY",
     "LEDGER_ENV",
-    "CentralRunLedger",
+    "CentralPrivateRecords",
     "LedgerSettings",
     "LedgerTotal",
     "PrivacyBudgetError",
@@ -80,6 +82,7 @@ __all__ = [
     "PublicReuseError",
     "PublicUse",
     "RecordKeys",
+    "RunLedger",
     "default_ledger_dir",
 ]
 
@@ -90,57 +93,65 @@ CENTRAL_REMEDY = (
 )
 
 
-class CentralRunLedger:
-    """The ledger of a data module whose private records a central-DP run releases: the privacy
-    accountant opens an entry on global rank 0 before the run's first release, with the ε the
-    run may spend at most, and settles it with what the run spent. With the entry it enters the
-    held-out split the module has loaded (evaluation reads it raw) as a public use.
+class CentralPrivateRecords(Protocol):
+    """What a central-DP data module tells its ``RunLedger``: the raw source, the held-out
+    records it has loaded (evaluation reads them raw), and which of the source's records the
+    run's releases depend on."""
 
-    The module has ``source`` and ``test_records``, calls ``init_ledger`` in its
-    constructor and implements ``private_record_keys`` and ``private_record_part``.
-    """
-
-    ledger: PrivacyLedger
-    ledger_settings: LedgerSettings
     source: DataSource
     test_records: Tensor | None
 
-    def init_ledger(self, settings: LedgerSettings | None) -> None:
-        self.ledger_settings = settings or LedgerSettings()
-        self.ledger = self.ledger_settings.open()
-        self._private_keys: RecordKeys | None = None
-
     def private_record_keys(self) -> RecordKeys:
         """Ledger keys of the raw records this run's releases depend on."""
-        raise NotImplementedError
+        ...
 
     def private_record_part(self) -> dict:
-        """Where those records lie in ``source``
-        (``source_part``)."""
-        raise NotImplementedError
+        """Where those records lie in ``source`` (``source_part``)."""
+        ...
+
+
+class RunLedger:
+    """A central-DP run's account in the privacy ledger, owned by its data module
+    (``run_ledger``): the privacy accountant opens an entry on global rank 0 before the run's
+    first release, with the ε the run may spend at most, and settles it with what the run
+    spent. With the entry it enters the data module's held-out split as a public use.
+
+    Args:
+        settings: the data module's ``ledger`` argument (``LedgerSettings``; its defaults when
+            ``None``).
+        records: the data module (``CentralPrivateRecords``); its record keys are computed once,
+            when first needed.
+    """
+
+    def __init__(self, settings: LedgerSettings | None, records: CentralPrivateRecords) -> None:
+        self.settings = settings or LedgerSettings()
+        self.book: PrivacyLedger = self.settings.open()
+        self._records = records
+        self._keys: RecordKeys | None = None
 
     def _held_out_uses(self) -> list[PublicUse]:
+        records = self._records
         use = held_out_use(
-            self.ledger.record_keys, self.source, self.test_records, type(self).__name__
+            self.book.record_keys, records.source, records.test_records, type(records).__name__
         )
         return [] if use is None else [use]
 
-    def _ledger_keys(self) -> RecordKeys:
-        if self._private_keys is None:
-            self._private_keys = self.private_record_keys()
-        return self._private_keys
+    def _private_keys(self) -> RecordKeys:
+        if self._keys is None:
+            self._keys = self._records.private_record_keys()
+        return self._keys
 
     @property
-    def ledger_keying(self) -> str:
+    def keying(self) -> str:
         """How the ledger recognises this run's private records in other releases."""
-        return self._ledger_keys().keying
+        return self._private_keys().keying
 
-    def ledger_open(self, epsilon: float, delta: float | None, facts: dict) -> str:
+    def open(self, epsilon: float, delta: float | None, facts: dict) -> str:
         """Under the ledger lock, check the ``budget`` and ``public_reuse`` for this run's
         private records and its held-out split, enter the held-out split as a public use and
         append an entry at (``epsilon``, ``delta``), the most the run may spend (its target or
         planned ε), with the JSON-serializable ``facts``. Call before the first release, on
-        global rank 0 only. Returns the entry id for ``ledger_settle``.
+        global rank 0 only. Returns the entry id for ``settle``.
 
         Raises:
             PrivacyBudgetError: a record's total ε would pass ``ledger.budget`` and
@@ -148,53 +159,53 @@ class CentralRunLedger:
             PublicReuseError: ``public_reuse="refuse"`` and a private record was used without
                 noise before, or a held-out record was released privately before.
         """
-        return self.ledger.record(
-            self._ledger_keys(),
+        return self.book.record(
+            self._private_keys(),
             epsilon,
             delta,
             {
                 "notion": "central",
-                "data_module": type(self).__name__,
-                "partition": self.private_record_part(),
+                "data_module": type(self._records).__name__,
+                "partition": self._records.private_record_part(),
                 **facts,
             },
-            self.ledger_settings.budget,
-            self.ledger_settings.exceed_budget,
+            self.settings.budget,
+            self.settings.exceed_budget,
             CENTRAL_REMEDY,
-            self.ledger_settings.public_reuse,
+            self.settings.public_reuse,
             self._held_out_uses(),
         )
 
-    def ledger_holds(self, entry_id: str) -> bool:
+    def holds(self, entry_id: str) -> bool:
         """Whether ``entry_id`` is this ledger's entry for exactly this run's private records
         (``PrivacyLedger.holds``)."""
-        return self.ledger.holds(entry_id, self._ledger_keys())
+        return self.book.holds(entry_id, self._private_keys())
 
-    def ledger_reopen(self, entry_id: str, epsilon: float, delta: float | None) -> None:
+    def reopen(self, entry_id: str, epsilon: float, delta: float | None) -> None:
         """Set a resumed run's entry back to the most it may spend, checking the ``budget``
-        and ``public_reuse`` as ``ledger_open`` does (``PrivacyLedger.reopen``).
+        and ``public_reuse`` as ``open`` does (``PrivacyLedger.reopen``).
 
         Raises:
-            PrivacyBudgetError, PublicReuseError: as ``ledger_open``.
+            PrivacyBudgetError, PublicReuseError: as ``open``.
         """
-        self.ledger.reopen(
+        self.book.reopen(
             entry_id,
-            self._ledger_keys(),
+            self._private_keys(),
             epsilon,
             delta,
-            self.ledger_settings.budget,
-            self.ledger_settings.exceed_budget,
+            self.settings.budget,
+            self.settings.exceed_budget,
             CENTRAL_REMEDY,
-            self.ledger_settings.public_reuse,
+            self.settings.public_reuse,
             self._held_out_uses(),
         )
 
-    def ledger_settle(self, entry_id: str, epsilon: float, delta: float | None) -> None:
-        """Record the (ε, δ) the run actually spent for the entry ``entry_id`` of
-        ``ledger_open`` (``PrivacyLedger.settle``)."""
-        self.ledger.settle(entry_id, epsilon, delta)
+    def settle(self, entry_id: str, epsilon: float, delta: float | None) -> None:
+        """Record the (ε, δ) the run actually spent for the entry ``entry_id`` of ``open``
+        (``PrivacyLedger.settle``)."""
+        self.book.settle(entry_id, epsilon, delta)
 
-    def ledger_total(self) -> LedgerTotal:
+    def total(self) -> LedgerTotal:
         """The worst private record's total over every release so far, this run's included, and
         how many private records were used without noise."""
-        return self.ledger.total(self._ledger_keys())
+        return self.book.total(self._private_keys())

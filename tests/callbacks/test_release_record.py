@@ -165,16 +165,17 @@ def test_a_ledger_entry_is_not_settled_below_what_was_emitted(tmp_path):
     settled = []
 
     class Ledger:
-        def ledger_settle(self, entry, epsilon, delta):
+        def settle(self, entry, epsilon, delta):
             settled.append(epsilon)
 
-        def ledger_total(self):
+        def total(self):
             return type("Total", (), {"as_dict": lambda self: {"epsilon": 9.0}})()
 
-        ledger_keying, ledger_settings = "content", LedgerSettings()
-        ledger = type("L", (), {"path": tmp_path / "ledger"})()
+        keying, settings = "content", LedgerSettings()
+        book = type("L", (), {"path": tmp_path / "ledger"})()
 
-    trainer = type("T", (), {"is_global_zero": True, "datamodule": Ledger()})()
+    datamodule = type("D", (), {"run_ledger": Ledger()})()
+    trainer = type("T", (), {"is_global_zero": True, "datamodule": datamodule})()
     record = RunRecord()
     record.ledger_entry = ("entry", 4.35)
     with pytest.warns(UserWarning, match="2 release.* not composed.* stays at epsilon=4.35"):

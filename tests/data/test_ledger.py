@@ -174,23 +174,23 @@ def test_central_runs_are_opened_at_their_target_and_settled_at_what_they_spent(
     folder = _idx_folder(tmp_path)
     options = {"sample_rate": 0.5, "ledger": LedgerSettings(str(tmp_path / "ledger"), 4.0)}
     central = CentralDPDataModule(_mnist(folder), **options)
-    entry = central.ledger_open(3.0, 1e-5, {"accountant": "rdp"})
-    assert central.ledger_total() == LedgerTotal(1, 3.0, 1e-5)
-    central.ledger_settle(entry, 1.25, 1e-5)
-    assert central.ledger_total() == LedgerTotal(1, 1.25, 1e-5)
+    entry = central.run_ledger.open(3.0, 1e-5, {"accountant": "rdp"})
+    assert central.run_ledger.total() == LedgerTotal(1, 3.0, 1e-5)
+    central.run_ledger.settle(entry, 1.25, 1e-5)
+    assert central.run_ledger.total() == LedgerTotal(1, 1.25, 1e-5)
     local = _release(tmp_path, _mnist(folder, image_size=32), "local", 2.0, budget=4.0)
     assert local.privacy_report()["ledger"]["all_releases_of_these_records"] == {
         "releases": 2, "epsilon": 3.25, "delta": 1e-5,
     }  # fmt: skip
     again = CentralDPDataModule(_mnist(folder), **options)
     with pytest.raises(PrivacyBudgetError, match="ledger.budget=4.0.*lower the run's target"):
-        again.ledger_open(1.0, None, {})
+        again.run_ledger.open(1.0, None, {})
     lines = [json.loads(line) for line in (tmp_path / "ledger" / "ledger.jsonl").open()]
     assert [line.get("settles") for line in lines] == [None, entry, None]  # append-only
     assert lines[0]["epsilon"] == 3.0 and lines[0]["notion"] == "central"
     assert lines[0]["accountant"] == "rdp" and lines[0]["n"] == 32
     with pytest.raises(ValueError, match="entry_id='unknown' is no entry"):
-        central.ledger_settle("unknown", 1.0, None)
+        central.run_ledger.settle("unknown", 1.0, None)
 
 
 def test_latent_runs_charge_the_private_part_and_a_crash_keeps_the_opening_epsilon(tmp_path):
@@ -202,7 +202,7 @@ def test_latent_runs_charge_the_private_part_and_a_crash_keeps_the_opening_epsil
         autoencoder_checkpoint=str(tmp_path / "stage1.ckpt"),
         ledger=LedgerSettings(str(tmp_path / "ledger")),
     )  # fmt: skip
-    latent.ledger_open(2.0, 1e-5, {})  # never settled: the run crashed
+    latent.run_ledger.open(2.0, 1e-5, {})  # never settled: the run crashed
     for part, indices in (("public", split.public), ("private", split.private)):
         torch.save(records[indices], tmp_path / f"{part}.pt")
     public = _release(tmp_path, TensorFile(str(tmp_path / "public.pt"), -1.0, 1.0), "p", 1.0)
@@ -215,7 +215,7 @@ def test_latent_runs_charge_the_private_part_and_a_crash_keeps_the_opening_epsil
         TensorFile(str(tmp_path / "all.pt"), -1.0, 1.0),
         ledger=LedgerSettings(str(tmp_path / "ledger")),
     )
-    assert toy.ledger_total() == LedgerTotal(2, 3.0, 1e-5)  # without autoencoder: every record
+    assert toy.run_ledger.total() == LedgerTotal(2, 3.0, 1e-5)  # without autoencoder: every record
 
 
 def test_declared_ids_must_be_one_int64_per_record(tmp_path):
@@ -233,17 +233,17 @@ def test_a_resumed_run_sets_its_entry_back_within_the_budget_and_only_for_its_re
     folder = _idx_folder(tmp_path)
     options = {"sample_rate": 0.5, "ledger": LedgerSettings(str(tmp_path / "ledger"), 10.0)}
     first = CentralDPDataModule(_mnist(folder), **options)
-    entry = first.ledger_open(8.0, 1e-5, {})
-    first.ledger_settle(entry, 4.34, 1e-5)  # what it spent before its exception
-    CentralDPDataModule(_mnist(folder), **options).ledger_open(5.0, 1e-5, {})
-    assert first.ledger_holds(entry)
+    entry = first.run_ledger.open(8.0, 1e-5, {})
+    first.run_ledger.settle(entry, 4.34, 1e-5)  # what it spent before its exception
+    CentralDPDataModule(_mnist(folder), **options).run_ledger.open(5.0, 1e-5, {})
+    assert first.run_ledger.holds(entry)
     with pytest.raises(PrivacyBudgetError, match="ledger.budget=10.0"):
-        first.ledger_reopen(entry, 8.0, 1e-5)
-    assert first.ledger_total().epsilon == pytest.approx(9.34)
+        first.run_ledger.reopen(entry, 8.0, 1e-5)
+    assert first.run_ledger.total().epsilon == pytest.approx(9.34)
     other = CentralDPDataModule(_mnist(folder, limit=16), **options)
-    assert not other.ledger_holds(entry)
+    assert not other.run_ledger.holds(entry)
     elsewhere = {**options, "ledger": LedgerSettings(str(tmp_path / "other"), 10.0)}
-    assert not CentralDPDataModule(_mnist(folder), **elsewhere).ledger_holds(entry)
+    assert not CentralDPDataModule(_mnist(folder), **elsewhere).run_ledger.holds(entry)
 
 
 def test_generated_points_are_keyed_apart_from_real_records_and_other_draws(tmp_path):

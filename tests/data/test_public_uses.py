@@ -121,7 +121,7 @@ def test_a_public_split_of_released_records_is_refused_unless_allowed_and_then_c
 
     # The ε total is unchanged (a public use is no release), and says how many were public.
     dm = CentralDPDataModule(Digits(), sample_rate=0.5, ledger=LedgerSettings(str(ledger)))
-    total = dm.ledger_total()
+    total = dm.run_ledger.total()
     assert (total.releases, total.used_without_noise) == (1, n_public)
     assert 0 < total.epsilon <= 2.0
     assert total.as_dict()["records_used_without_noise"] == n_public
@@ -187,11 +187,11 @@ def test_identical_records_in_the_two_halves_of_one_split_are_no_reuse(tmp_path)
     twins = sum((index + 20) % 40 in split.public for index in split.private)
     assert twins > 0  # records of the private half whose copy is public
     same_split = stage2(0)
-    same_split.ledger_open(1.0, 1e-5, {})
-    assert same_split.ledger_total() == LedgerTotal(1, 1.0, 1e-5, twins)  # shown, not refused
+    same_split.run_ledger.open(1.0, 1e-5, {})
+    assert same_split.run_ledger.total() == LedgerTotal(1, 1.0, 1e-5, twins)  # shown, not refused
     with pytest.raises(PublicReuseError, match=r"the public split of TensorFile .*split_seed=0"):
-        stage2(1).ledger_open(1.0, 1e-5, {})
-    stage2(1, public_reuse="allow").ledger_open(1.0, 1e-5, {})
+        stage2(1).run_ledger.open(1.0, 1e-5, {})
+    stage2(1, public_reuse="allow").run_ledger.open(1.0, 1e-5, {})
     assert [line.get("use", "release") for line in _lines(tmp_path / "ledger")] == [
         "public", "release", "release",
     ]  # fmt: skip

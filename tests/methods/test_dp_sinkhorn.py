@@ -478,17 +478,17 @@ def test_a_resumed_run_keeps_its_ledger_entry_at_what_it_may_spend(tmp_path: Pat
     with pytest.raises(RuntimeError, match="simulated crash"):
         first.fit(tiny_module(), CentralDPDataModule(TinyImages(50), 0.2, ledger=ledger))
     dm = CentralDPDataModule(TinyImages(50), 0.2, ledger=ledger)
-    assert dm.ledger_total().epsilon < target  # settled at the 3 releases made
+    assert dm.run_ledger.total().epsilon < target  # settled at the 3 releases made
 
     class Probe(L.Callback):
         def on_train_start(self, trainer, pl_module) -> None:
-            self.total = dm.ledger_total().epsilon
+            self.total = dm.run_ledger.total().epsilon
 
     probe, accountant = Probe(), PrivacyAccountantCallback(target, 1e-5)
     resumed = tiny_trainer(tmp_path / "b", [accountant, probe], max_steps=6)
     resumed.fit(tiny_module(), dm, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")
     assert probe.total == pytest.approx(target)
-    assert dm.ledger_total().epsilon == pytest.approx(accountant.epsilon())
+    assert dm.run_ledger.total().epsilon == pytest.approx(accountant.epsilon())
 
     other = CentralDPDataModule(
         TinyImages(50), 0.2, ledger=LedgerSettings(str(tmp_path / "other"), budget=5.0)
