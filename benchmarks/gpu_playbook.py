@@ -96,6 +96,7 @@ from lightning_dpot.compare.lengths import length_table, plot_against_steps, run
 from lightning_dpot.compare.published import PublishedResult, published_table  # noqa: E402
 from lightning_dpot.compare.runner import (  # noqa: E402
     cell_fingerprint,
+    digest_matches,
     record_failure,
     run_cell,
     run_prepare,
@@ -463,12 +464,12 @@ class Playbook:
         return "fd_classifier" if self.args.feature_extractor_weights_path is None else "fid"
 
     # -- one run ---------------------------------------------------------------------------------
-    def cell(self, method: str, steps: int, epochs: int) -> tuple[Suite, Cell, str]:
-        """The run's one-cell suite, its cell and its fingerprint's digest."""
+    def cell(self, method: str, steps: int, epochs: int) -> tuple[Suite, Cell, dict]:
+        """The run's one-cell suite, its cell and its fingerprint."""
         name = f"{method}_{steps}steps"
         suite = self.suite(name, method, steps, epochs)
         cell = Cell(name, SOURCE, suite.epsilons[0], suite.seeds[0])
-        return suite, cell, cell_fingerprint(suite, cell)["digest"]
+        return suite, cell, cell_fingerprint(suite, cell)
 
     def finished(self, method: str, steps: int, epochs: int) -> PlaybookRun | None:
         """The run in ``--out`` if a call with the same settings wrote it."""
@@ -476,13 +477,15 @@ class Playbook:
         if not path.is_file():
             return None
         stored = json.loads(path.read_text())
-        if stored.get("fingerprint") != self.cell(method, steps, epochs)[2]:
+        parts = self.cell(method, steps, epochs)[2]["parts"]
+        if not digest_matches(stored.get("fingerprint"), parts):
             return None
         return PlaybookRun(**stored)
 
     def run(self, method: str, steps: int, epochs: int) -> PlaybookRun:
         """Train and score ``method`` for ``steps`` steps, or reuse its JSON in ``--out``."""
-        suite, cell, digest = self.cell(method, steps, epochs)
+        suite, cell, fingerprint = self.cell(method, steps, epochs)
+        digest = fingerprint["digest"]
         name, path = cell.method, self.out / "runs" / f"{cell.method}.json"
         stored = self.finished(method, steps, epochs)
         if stored is not None:
@@ -805,7 +808,7 @@ class Playbook:
             write_json(path, wanted)
             return wanted
         stored = json.loads(path.read_text())
-        if stored["fingerprint"]["digest"] == fingerprint["digest"]:
+        if digest_matches(stored["fingerprint"]["digest"], fingerprint["parts"]):
             return stored
         if stored["planned_steps"] != self.args.steps:
             raise refuse(

@@ -77,11 +77,23 @@ def _nearest(name: str, candidates: Sequence[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+#: Arguments that are groups (dataclasses): their keys nest without ``init_args``.
+_GROUPS = {"ledger": "lightning_dpot.data.LedgerSettings"}
+
+
+def _key_path(keys: Sequence[str]) -> str:
+    """``data.init_args.ledger.budget`` from the parser keys ``data``, ``ledger``, ``budget``."""
+    path = keys[0] if keys else ""
+    for previous, key in zip(keys, keys[1:], strict=False):
+        path += ("." if previous in _GROUPS else ".init_args.") + key
+    return path
+
+
 def argument_error_line(message: str) -> str | None:
     """One line from jsonargparse's nested message: the parameter's full key, what it accepts and
     what it got, or the nearest valid name for an unknown key (``None``: no known pattern)."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
-    path = ".init_args.".join(keys)
+    path = _key_path(keys)
     section = re.search(
         r"(?:option '|unrecognized arguments: --)(optimizer|lr_scheduler)\b", message
     )
@@ -96,6 +108,8 @@ def argument_error_line(message: str) -> str | None:
         class_path = re.search(r"class_path '([^']+)'", message)
         owner = class_path.group(1) if class_path else ""
         where = f"{path}.init_args." if path else ""
+        if keys and keys[-1] in _GROUPS:
+            owner, where = _GROUPS[keys[-1]], f"{path}."
         return (
             f"{where}{unknown.group(1)} is not an argument of {owner or 'this class'}"
             + _nearest(unknown.group(1), _parameters(owner) if owner else [])

@@ -33,6 +33,10 @@ MOVED_DATA_KEYS = {
     "public_reuse": "ledger.public_reuse",
     "denoise_wavelet": "denoise.init_args.wavelet",
 }
+#: The ``LedgerSettings`` field → the data-module argument it was.
+_LEDGER_FIELDS = {
+    new.partition(".")[2]: old for old, new in MOVED_DATA_KEYS.items() if new.startswith("ledger.")
+}
 #: ``denoise: wavelet`` as it was written before the denoiser became an object.
 DENOISER = "lightning_dpot.data.WaveletDenoising"
 
@@ -53,11 +57,8 @@ def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
                 raise ValueError(f"{prefix}{here} was renamed to {RENAMED_KEYS[key]}")
             if data_args and key in MOVED_DATA_KEYS:
                 raise ValueError(f"{prefix}{here} moved to {where}.{MOVED_DATA_KEYS[key]}")
-            if data_args and key == "denoise" and isinstance(value, str):
-                raise ValueError(
-                    f"{prefix}{here}: the denoiser is an object now, "
-                    f"{here}: {{class_path: WaveletDenoising, init_args: {{wavelet: db4}}}}"
-                )
+            if data_args and key == "denoise" and value == "wavelet":
+                raise ValueError(f"{prefix}{_denoise_moved(here, config.get('denoise_wavelet'))}")
             check_renamed_keys(value, source, here)
     elif isinstance(config, list):
         for index, value in enumerate(config):
@@ -65,8 +66,44 @@ def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
 
 
 def _is_data_arguments(where: str) -> bool:
-    """Whether the mapping at ``where`` holds a data module's arguments."""
-    return where == "data" or where.endswith((".data", "data.init_args"))
+    """Whether the mapping at ``where`` (dotted keys) holds a data module's arguments."""
+    keys = where.split(".")
+    return keys[-1] == "data" or keys[-2:] == ["data", "init_args"]
+
+
+def _denoise_moved(here: str, wavelet: Any) -> str:
+    """The refusal of ``denoise: wavelet``, the spelling before the denoiser was an object."""
+    return (
+        f"{here}: the denoiser is an object now, {here}: {{class_path: WaveletDenoising, "
+        f"init_args: {{wavelet: {wavelet or 'db4'}}}}}"
+    )
+
+
+def earlier_spelling(config: Any, where: str = "") -> Any:
+    """``config`` with its data modules' grouped arguments spelled as before they were grouped
+    (the inverse of ``migrate_renamed_keys`` for ``MOVED_DATA_KEYS``): the fingerprint of work
+    done before the move, which then resumes under the new spelling."""
+    if isinstance(config, list):
+        return [earlier_spelling(v, where) for v in config]
+    if not isinstance(config, dict):
+        return config
+    out = {k: earlier_spelling(v, f"{where}.{k}" if where else str(k)) for k, v in config.items()}
+    if not _is_data_arguments(where):
+        return out
+    ledger = out.pop("ledger", None)
+    if isinstance(ledger, dict):
+        out |= {_LEDGER_FIELDS[k]: v for k, v in ledger.items() if k in _LEDGER_FIELDS}
+    elif ledger is not None:
+        out["ledger"] = ledger
+    denoise = out.get("denoise")
+    if isinstance(denoise, dict) and str(denoise.get("class_path", "")).endswith(
+        "WaveletDenoising"
+    ):
+        wavelet = (denoise.get("init_args") or {}).get("wavelet", "db4")
+        out["denoise"] = "wavelet"
+        if wavelet != "db4":  # the default then went unwritten
+            out["denoise_wavelet"] = wavelet
+    return out
 
 
 def migrate_renamed_keys(config: Any, where: str = "") -> Any:
@@ -84,13 +121,9 @@ def migrate_renamed_keys(config: Any, where: str = "") -> Any:
     if not _is_data_arguments(where):
         return out
     wavelet = out.pop("denoise_wavelet", "db4")
-    if isinstance(out.get("denoise"), str):
+    if out.get("denoise") == "wavelet":
         out["denoise"] = {"class_path": DENOISER, "init_args": {"wavelet": wavelet}}
-    ledger = {
-        new.partition(".")[2]: out.pop(old)
-        for old, new in MOVED_DATA_KEYS.items()
-        if new.startswith("ledger.") and old in out
-    }
+    ledger = {new: out.pop(old) for new, old in _LEDGER_FIELDS.items() if old in out}
     if ledger:
         out["ledger"] = {**(out.get("ledger") or {}), **ledger}
     return out
@@ -190,6 +223,12 @@ def with_composed_configs(args: Sequence[str]) -> list[str]:
             raise ValueError(f"{flag} was renamed to {RENAMED_KEYS[key]}")
         if arg.startswith("--") and _is_data_arguments(where) and key in MOVED_DATA_KEYS:
             raise ValueError(f"{flag} moved to --{where}.{MOVED_DATA_KEYS[key]}")
+    for flag, value in zip(out, [*out[1:], ""], strict=True):
+        name, eq, given = flag.partition("=")
+        where, _, key = name.removeprefix("--").rpartition(".")
+        if name.startswith("--") and _is_data_arguments(where) and key == "denoise":
+            if (given if eq else value) == "wavelet":
+                raise ValueError(_denoise_moved(name, None))
     for i, arg in enumerate(out):  # a packaged callback file: --trainer.callbacks+=callbacks/…
         flag, eq, value = arg.partition("=")
         if eq and flag.startswith("--") and value.endswith((".yaml", ".yml")):

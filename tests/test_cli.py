@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_dpot.cli import main
+from lightning_dpot.cli import argument_error_line, main
 from lightning_dpot.config import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,6 +152,80 @@ def test_a_data_argument_moved_into_its_group_is_refused_with_its_new_place(
         assert migrated == {"ledger": {key: value}}
     else:  # denoise_wavelet alone (without denoise) is dropped: it named no denoiser
         assert migrated == {}
+
+
+def test_work_done_before_the_keys_moved_keeps_its_fingerprint():
+    """A suite cell or prepare step fingerprinted under the earlier spelling resumes: its
+    digest is the digest of the same settings spelled as before; other settings do not match."""
+    from lightning_dpot.compare.runner import _digest, digest_matches
+    from lightning_dpot.config import earlier_spelling, migrate_renamed_keys
+
+    parts = {
+        "config": {"data": {"init_args": {
+            "ledger": {"public_reuse": "allow", "budget": 8.0},
+            "denoise": {"class_path": "lightning_dpot.data.WaveletDenoising",
+                        "init_args": {"wavelet": "haar"}},
+        }}},
+        "prepare": {"ae": {"config": {"data": {"init_args": {"ledger": {"dir": "/l"}}}}}},
+    }  # fmt: skip
+    earlier = earlier_spelling(parts)
+    assert earlier["config"]["data"]["init_args"] == {
+        "public_reuse": "allow", "privacy_budget": 8.0, "denoise": "wavelet",
+        "denoise_wavelet": "haar",
+    }  # fmt: skip
+    assert earlier["prepare"]["ae"]["config"]["data"]["init_args"] == {"ledger_dir": "/l"}
+    assert migrate_renamed_keys(earlier) == parts
+    assert digest_matches(_digest(earlier), parts) and digest_matches(_digest(parts), parts)
+    other = earlier_spelling(parts)
+    other["config"]["data"]["init_args"]["privacy_budget"] = 9.0
+    assert not digest_matches(_digest(other), parts) and not digest_matches(None, parts)
+    metadata = {"metadata": {"init_args": {"public_reuse": "allow"}}}  # not a data section
+    assert migrate_renamed_keys(metadata) == metadata
+
+
+def test_a_ledger_or_denoise_mistake_names_the_grouped_key(capsys):
+    for args, expected in (
+        (
+            ["--data.ledger.budgett", "1"],
+            "data.init_args.ledger.budgett is not an argument of lightning_dpot.data."
+            "LedgerSettings; did you mean 'budget'?",
+        ),
+        (["--data.ledger.budget", "true"], "data.init_args.ledger.budget: expected float or"),
+        (["--data.denoise", "wavelet"], "--data.denoise: the denoiser is an object now"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["fit", "--config", str(REPO / "configs" / "quickstart.yaml"), *args])
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert expected in line, line
+    assert argument_error_line(
+        'Parser key "data":\n  Parser key "ledger":\n    Option \'budgett\' is not accepted '
+        "class_path 'lightning_dpot.data.PrivatizedDataModule'"
+    ) == (
+        "data.init_args.ledger.budgett is not an argument of lightning_dpot.data.LedgerSettings"
+        "; did you mean 'budget'?"
+    )
+
+
+def test_a_data_section_alone_is_migrated_when_read_back_and_refused_when_privatized(
+    tmp_path, capsys
+):
+    from lightning_dpot.commands.checkpoint import load_datamodule
+
+    section = tmp_path / "data.yaml"
+    section.write_text(yaml.safe_dump({
+        "class_path": "lightning_dpot.data.PrivatizedDataModule",
+        "init_args": {
+            "source": {"class_path": "lightning_dpot.data.HalfCircle", "init_args": {"n": 50}},
+            "mechanism": "laplace", "epsilon": 1.0, "privacy_budget": 3.0,
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }))  # fmt: skip
+    assert load_datamodule(section).ledger_settings.budget == 3.0  # a saved run's section
+    with pytest.raises(SystemExit):
+        main(["privatize", "--config", str(section), "--output", str(tmp_path / "r.pt")])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "data.init_args.privacy_budget moved to data.init_args.ledger.budget" in line, line
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "r.pt").exists()
 
 
 def test_a_saved_denoise_string_is_read_as_the_denoiser_object(tmp_path, capsys):

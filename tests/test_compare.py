@@ -252,6 +252,21 @@ def test_published_numbers_sit_beside_the_same_metric_only(tmp_path):
     assert "| image size |" in table
 
 
+def test_a_row_over_fewer_seeds_than_the_suites_says_so():
+    suite = load_suite(REPO / "configs" / "compare" / "fashion_cpu.yaml")
+    row = {
+        "source": "fashion_mnist", "method": "dp_merf", "notion": "central",
+        "target_epsilon": 10.0, "epsilon": (9.9, 0.0), "delta": 1e-5, "accountant": "rdp",
+        "adjacency": "replace-one", "shuffled_central_epsilon": None, "seeds": [0, 2],
+        "metrics": {"utility_cnn": (0.7, 0.01)}, "fit_seconds": 3.0,
+        "sampling_seed_is_public": False, "exceeds_target": False,
+    }  # fmt: skip
+    table = markdown_table(suite, [row])
+    assert "fewer seeds than the suite's (their other cells failed): dp_merf / " in table
+    assert "ε = 10: seeds [0, 2]" in table
+    assert "fewer seeds" not in markdown_table(suite, [{**row, "seeds": [0, 1, 2]}])
+
+
 def test_the_suites_read_one_published_table_each_for_its_own_methods(tmp_path):
     from lightning_dpot.compare.published import load_published
 

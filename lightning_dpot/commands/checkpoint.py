@@ -107,8 +107,12 @@ def load_datamodule(config_path: str | Path) -> Any:
     import lightning as L
     from jsonargparse import ArgumentParser
 
+    from lightning_dpot.config import migrate_renamed_keys
+
     loaded = _read_yaml(config_path)
     section = loaded.get("data", loaded) if isinstance(loaded, dict) else None
+    if section is loaded:  # a YAML holding only the data section
+        section = migrate_renamed_keys(section, "data")
     if not isinstance(section, dict) or "class_path" not in section:
         raise ValueError(f"data config={str(config_path)!r} has no 'data' section with class_path")
     parser = ArgumentParser()

@@ -15,12 +15,14 @@ def _datamodule_from_config(path: str) -> Any:
     import lightning as L
     from jsonargparse import ArgumentParser
 
-    from lightning_dpot.config import compose_config
+    from lightning_dpot.config import check_renamed_keys, compose_config
 
     config = compose_config(path)
     section = config.get("data", config)
     if not isinstance(section, dict):
         raise SystemExit(f"dpot privatize: error: config={path!r} has no 'data' section")
+    if section is config:  # a YAML holding only the data section
+        check_renamed_keys(section, path, "data")
     parser = ArgumentParser()
     parser.add_subclass_arguments(L.LightningDataModule, "data")
     init = parser.instantiate_classes(parser.parse_object({"data": section}))

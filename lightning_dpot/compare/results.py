@@ -147,6 +147,17 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
     ]
     if len(suite.seeds) < 3:
         lines += [f"> Only {len(suite.seeds)} seed(s): the ± is not a reliable spread.", ""]
+    fewer = [
+        f"{r['method']} / {r['source']} / ε = {r['target_epsilon']:g}: seeds {r['seeds']}"
+        for r in rows
+        if len(r["seeds"]) < len(suite.seeds)
+    ]
+    if fewer:
+        lines += [
+            f"> Rows over fewer seeds than the suite's (their other cells failed): "
+            f"{'; '.join(fewer)}.",
+            "",
+        ]
     above = sorted({r["method"] for r in rows if r["exceeds_target"]})
     if above:
         lines += [

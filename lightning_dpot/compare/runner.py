@@ -56,6 +56,7 @@ __all__ = [
     "TrainedCell",
     "cell_fingerprint",
     "cell_privacy",
+    "digest_matches",
     "evaluate_model",
     "record_failure",
     "run_cell",
@@ -202,8 +203,17 @@ def _digest(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def digest_matches(stored: str | None, parts: dict[str, Any]) -> bool:
+    """Whether ``stored`` is the digest of ``parts``, or of the same settings spelled as before
+    the data modules' arguments were grouped (``lightning_dpot.config.earlier_spelling``): a
+    cell or prepare step run then resumes, instead of a new private run on the same records."""
+    from lightning_dpot.config import earlier_spelling
+
+    return stored is not None and stored in (_digest(parts), _digest(earlier_spelling(parts)))
+
+
 def _check_fingerprint(cell: Cell, cell_dir: Path, stored: dict | None, current: dict) -> None:
-    if stored is not None and stored.get("digest") == current["digest"]:
+    if stored is not None and digest_matches(stored.get("digest"), current["parts"]):
         return
     if stored is None:
         changed = "it has no fingerprint (written by an older version)"
@@ -287,9 +297,10 @@ def run_prepare(suite: Suite, name: str, out_dir: Path) -> Path:
 
     spec = suite.prepare[name]
     run_dir = out_dir / "prepare" / name
-    digest = _digest(prepare_fingerprint(suite, name))
+    parts = prepare_fingerprint(suite, name)
+    digest = _digest(parts)
     if (run_dir / "done.json").is_file():
-        if json.loads((run_dir / "done.json").read_text()).get("digest") != digest:
+        if not digest_matches(json.loads((run_dir / "done.json").read_text()).get("digest"), parts):
             raise ValueError(
                 f"prepare step {name!r}: its config or overrides changed since it ran (or it was "
                 "written by an older version); the cells that use it would mix two versions. "

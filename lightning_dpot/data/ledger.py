@@ -124,7 +124,7 @@ class RunLedger:
     """
 
     def __init__(self, settings: LedgerSettings | None, records: CentralPrivateRecords) -> None:
-        self.settings = settings or LedgerSettings()
+        self.settings = LedgerSettings.of(settings)
         self.book: PrivacyLedger = self.settings.open()
         self._records = records
         self._keys: RecordKeys | None = None

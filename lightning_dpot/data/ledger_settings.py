@@ -13,7 +13,9 @@ and on the command line ``--data.ledger.budget 8``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from lightning_dpot.checks import check_epsilon
 from lightning_dpot.data.ledger_file import PrivacyLedger
@@ -60,6 +62,8 @@ class LedgerSettings:
     public_reuse: PublicReuse = "refuse"
 
     def __post_init__(self) -> None:
+        if isinstance(self.budget, bool):
+            raise ValueError(f"ledger.budget must be a finite number > 0, got {self.budget!r}")
         if self.budget is not None:
             object.__setattr__(self, "budget", check_epsilon("ledger.budget", self.budget))
         if not isinstance(self.exceed_budget, bool):
@@ -67,6 +71,30 @@ class LedgerSettings:
                 f"ledger.exceed_budget must be true or false, got {self.exceed_budget!r}"
             )
         check_public_reuse(self.public_reuse)
+
+    @classmethod
+    def of(cls, value: LedgerSettings | Mapping[str, Any] | None) -> LedgerSettings:
+        """A data module's ``ledger`` argument as settings: the defaults for ``None``, a mapping
+        as the fields it names.
+
+        Raises:
+            ValueError: anything else, or a mapping with a key that is not a field.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {f.name for f in fields(cls)}
+            if unknown:
+                raise ValueError(
+                    f"ledger: unknown key(s) {sorted(unknown)}; the fields are dir, budget, "
+                    "exceed_budget, public_reuse"
+                )
+            return cls(**value)
+        raise ValueError(
+            f"ledger must be a LedgerSettings or a mapping of its fields, got {value!r}"
+        )
 
     def open(self) -> PrivacyLedger:
         """The ledger in ``dir``."""

@@ -151,7 +151,7 @@ class PrivatizedDataModule(L.LightningDataModule):
         # One release for the whole run: only global rank 0 privatizes (setup refuses on another
         # node that cannot see the cache, see setup()).
         self.prepare_data_per_node = False
-        self.ledger_settings = ledger or LedgerSettings()
+        self.ledger_settings = LedgerSettings.of(ledger)
         self.ledger = self.ledger_settings.open()
         self.ledger_total: LedgerTotal | None = None
         self.ledger_keying: str | None = None

@@ -69,11 +69,11 @@ class PublicSplitDataModule(L.LightningDataModule):
         self.split_file = split_file
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.num_workers = num_workers
-        self.ledger_settings = ledger or LedgerSettings()
+        self.ledger_settings = LedgerSettings.of(ledger)
         if self.ledger_settings.budget is not None or self.ledger_settings.exceed_budget:
             raise ValueError(
-                "ledger.budget: PublicSplitDataModule releases nothing, so no budget applies "
-                "(set it on the data module of the private stage)"
+                "ledger.budget, ledger.exceed_budget: PublicSplitDataModule releases nothing, so "
+                "no budget applies (set it on the data module of the private stage)"
             )
         self.ledger = self.ledger_settings.open()
         self.split: PublicPrivateSplit | None = None

@@ -269,3 +269,21 @@ def test_generated_points_are_keyed_apart_from_real_records_and_other_draws(tmp_
     again = _module(tmp_path, "d", 1.0)  # the same draw again: the same records
     again.setup()
     assert again.privacy_report()["ledger"]["all_releases_of_these_records"]["releases"] == 2
+
+
+def test_ledger_settings_refuse_what_is_not_a_budget_and_read_a_mapping(tmp_path):
+    with pytest.raises(ValueError, match="ledger.budget must be a finite number > 0, got True"):
+        LedgerSettings(budget=True)
+    with pytest.raises(ValueError, match="ledger.exceed_budget must be true or false"):
+        LedgerSettings(exceed_budget="yes")
+    with pytest.raises(ValueError, match=r"ledger: unknown key\(s\) \['budgett'\]"):
+        LedgerSettings.of({"budgett": 1.0})
+    with pytest.raises(ValueError, match="ledger must be a LedgerSettings or a mapping"):
+        LedgerSettings.of(3.0)
+    dm = _module(tmp_path, "a", 1.0)
+    assert dm.ledger_settings == LedgerSettings(str(tmp_path / "ledger"))
+    as_mapping = PrivatizedDataModule(
+        HalfCircle(n=200), mechanism="laplace", epsilon=1.0, cache_dir=str(tmp_path / "b"),
+        ledger={"dir": str(tmp_path / "ledger"), "budget": 2.0},
+    )  # fmt: skip
+    assert as_mapping.ledger_settings.budget == 2.0

@@ -221,7 +221,10 @@ def test_a_ledger_written_before_public_uses_still_reads_and_refuses(tmp_path):
         public.setup()
     with pytest.raises(ValueError, match="public_reuse must be 'refuse' or 'allow', got 'yes'"):
         LedgerSettings(public_reuse="yes")
-    with pytest.raises(ValueError, match="ledger.budget: PublicSplitDataModule releases nothing"):
+    with pytest.raises(
+        ValueError,
+        match="ledger.budget, ledger.exceed_budget: PublicSplitDataModule releases nothing",
+    ):
         PublicSplitDataModule(source, ledger=LedgerSettings(budget=1.0))
 
 
