@@ -42,11 +42,14 @@ DENOISER = "lightning_dpot.data.WaveletDenoising"
 
 
 def check_renamed_keys(config: Any, source: str = "", where: str = "") -> None:
-    """Refuse any key of ``RENAMED_KEYS`` in ``config`` (nested mappings and lists), naming
-    the file (``source``), where the key is and what it is called now.
+    """Refuse any key of ``RENAMED_KEYS`` in ``config`` (nested mappings and lists), and in a
+    data module's arguments (``where`` names the mapping's place) any key of
+    ``MOVED_DATA_KEYS`` or ``denoise: wavelet``, naming the file (``source``), where the key is
+    and what it is called now.
 
     Raises:
-        ValueError: ``[config=FILE: ]<path.to.key> was renamed to <new key>``.
+        ValueError: ``[config=FILE: ]<path.to.key> was renamed to <new key>`` or ``… moved to
+            <its place in the group>``.
     """
     if isinstance(config, dict):
         prefix = f"config={source!r}: " if source else ""
