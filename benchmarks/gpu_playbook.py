@@ -1023,12 +1023,11 @@ def longest_runs(summary: dict) -> list[dict]:
     (value, spread) pair: one run, no spread)."""
     epsilon, rows = summary["target"]["epsilon"], {}
     for run in sorted(summary["runs"], key=lambda r: r["steps"]):
-        metrics = {k: run["metrics"][k] for k in ("fd_classifier", "fid") if k in run["metrics"]}
-        metrics |= {f"utility_{k}": v for k, v in (run["metrics"].get("utility") or {}).items()}
-        rows[run["method"]] = {
-            "method": run["method"],
+        point = run_point(run, summary["device"])
+        rows[point.method] = {
+            "method": point.method,
             "target_epsilon": epsilon,
-            "metrics": {k: (v, None) for k, v in metrics.items() if v is not None},
+            "metrics": {k: (v, None) for k, v in point.metrics.items()},
         }
     return list(rows.values())
 
