@@ -267,6 +267,31 @@ def test_a_row_over_fewer_seeds_than_the_suites_says_so():
     assert "fewer seeds" not in markdown_table(suite, [{**row, "seeds": [0, 1, 2]}])
 
 
+def test_the_table_names_the_feature_classifier_and_warns_when_cells_used_different_ones():
+    suite = load_suite(REPO / "configs" / "compare" / "fashion_cpu.yaml")
+
+    def cell(method, seed, weights):
+        metrics = {"fd_classifier": 100.0 + seed}
+        if weights is not None:
+            metrics["fd_classifier_weights"] = weights
+        return {
+            "source": "fashion_mnist", "method": method, "method_class": "M",
+            "target_epsilon": 10.0, "seed": seed, "fit_seconds": 1.0, "metrics": metrics,
+            "privacy": {"notion": "central", "epsilon": 9.9, "delta": 1e-5},
+        }  # fmt: skip
+
+    one = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("b", 0, "ab12")]))
+    assert "one feature classifier for every cell, weights sha256 ab12" in one
+    assert "⚠ FD (classifier)" not in one
+    two = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("a", 1, "cd34")]))
+    assert "⚠ FD (classifier)" in two and "ab12, cd34" in two
+    old = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("b", 0, None)]))
+    assert "⚠ FD (classifier)" in old and "ab12, unrecorded" in old
+    assert "FD (classifier)" not in markdown_table(
+        suite, aggregate([{**cell("a", 0, None), "metrics": {"w2": 1.0}}])
+    ).split("## ")[0]
+
+
 def test_the_suites_read_one_published_table_each_for_its_own_methods(tmp_path):
     from lightning_dpot.compare.published import load_published
 

@@ -117,6 +117,13 @@ def aggregate(cells: list[dict]) -> list[dict]:
             "exceeds_target": any(c["privacy"].get("exceeds_target") for c in group),
             "seeds": sorted(c["seed"] for c in group),
             "metrics": {k: _mean_std(v) for k, v in metrics.items()},
+            "fd_classifier_weights": sorted(
+                {
+                    c["metrics"].get("fd_classifier_weights", "unrecorded")
+                    for c in group
+                    if "fd_classifier" in c["metrics"]
+                }
+            ),
             "fit_seconds": statistics.fmean(c["fit_seconds"] for c in group),
         }
         rows.append(row)
@@ -165,6 +172,7 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
             "not at equal privacy with the others (see the cells' report.json).",
             "",
         ]
+    lines += _feature_classifier_note(rows)
     for source in dict.fromkeys(r["source"] for r in rows):
         lines += [f"## {source}", ""]
         here = [r for r in rows if r["source"] == source]
@@ -208,6 +216,30 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
             lines.append("")
     lines += published_table(suite.published, suite.differences, rows)
     return "\n".join(lines)
+
+
+def _feature_classifier_note(rows: list[dict]) -> list[str]:
+    """Which feature classifier the classifier FDs were computed on. Their scale depends on the
+    classifier's weights (one trained with another seed moves every value by tens of percent),
+    so FDs compare only under the same weights: ``unrecorded`` marks cells scored before the
+    weights were recorded."""
+    weights = sorted({w for r in rows for w in r.get("fd_classifier_weights", [])})
+    if not weights:
+        return []
+    if len(weights) == 1 and weights[0] != "unrecorded":
+        return [
+            f"> FD (classifier): one feature classifier for every cell, weights sha256 "
+            f"{weights[0]}. Compare these values with each other, or with a run scored on the "
+            "same file (evaluation.frechet.classifier_path); a classifier trained with another "
+            "seed rescales them.",
+            "",
+        ]
+    return [
+        f"> ⚠ FD (classifier) of these cells comes from more than one feature classifier, or "
+        f"from weights not recorded (weights sha256 {', '.join(weights)}): values on "
+        "different weights are not comparable.",
+        "",
+    ]
 
 
 def plot_metrics(rows: list[dict], out_dir: Path) -> list[Path]:

@@ -258,6 +258,8 @@ def evaluate_model(
         elif name == "frechet":
             key = "fid" if "fid" in section else "fd_classifier"
             metrics[key] = section[key]
+            if "features_sha256" in section:  # the classifier's weights: which FDs compare
+                metrics["fd_classifier_weights"] = section["features_sha256"]
         elif name == "utility":  # None: unconditional, or no labels to train a classifier on
             accuracies = {k: v for k, v in section.items() if k not in ("mode", "skipped")}
             metrics["utility"] = None if "skipped" in section else accuracies

@@ -30,7 +30,11 @@ from torch import Tensor
 
 from lightning_dpot.checks import check_positive_int
 from lightning_dpot.data.manifolds import CurveSource
-from lightning_dpot.metrics.fid import ClassifierFrechetDistance, InceptionFID
+from lightning_dpot.metrics.fid import (
+    ClassifierFrechetDistance,
+    InceptionFID,
+    classifier_weights_sha256,
+)
 from lightning_dpot.metrics.utility import CLASSIFIERS, UtilitySettings, downstream_utility
 from lightning_dpot.metrics.w2 import subsampled_w2
 
@@ -105,6 +109,7 @@ class FrechetEvaluator:
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.data_range = (float(data_range[0]), float(data_range[1]))
         self.metric: InceptionFID | ClassifierFrechetDistance | None = None
+        self.classifier_sha256: str | None = None
         self.num_real = 0
         if feature_extractor == "inception":  # fail now, not after training, without weights
             self.metric = InceptionFID(weights_path, data_range=self.data_range)
@@ -124,12 +129,15 @@ class FrechetEvaluator:
                 f"FeatureClassifier penultimate layer, weights {self.classifier_path} "
                 "(trained on the raw held-out split; not FID)"
             )
-        return {
+        described = {
             "metric": self.key,
             "feature_extractor": extractor,
             "num_real": self.num_real,
             "real_split": "raw held-out split",
         }
+        if self.classifier_sha256 is not None:
+            described["features_sha256"] = self.classifier_sha256
+        return described
 
     def build_classifier(
         self, reference: Tensor, labels: Tensor | None, cache_dir: str | Path = ".dpot_cache"
@@ -149,6 +157,7 @@ class FrechetEvaluator:
         self.metric = ClassifierFrechetDistance.from_classifier_file(
             path, reference, labels, train_kwargs={"epochs": self.classifier_epochs, "seed": 0}
         )
+        self.classifier_sha256 = classifier_weights_sha256(path)
 
     def set_reference(
         self,

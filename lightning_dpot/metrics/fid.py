@@ -26,6 +26,7 @@ under DDP is the single-process value on the union of the shards; μ = S/n,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ __all__ = [
     "ClassifierFrechetDistance",
     "FeatureClassifier",
     "InceptionFID",
+    "classifier_weights_sha256",
     "default_inception_weights_path",
     "frechet_distance",
     "load_or_train_feature_classifier",
@@ -328,6 +330,17 @@ def load_or_train_feature_classifier(
     torch.save(payload, tmp_name)
     os.replace(tmp_name, path)
     return model
+
+
+def classifier_weights_sha256(path: str | os.PathLike[str]) -> str:
+    """The first 16 hex digits of the SHA-256 of a feature classifier file's weights (names,
+    shapes and values, in order): two classifier FDs are comparable only when it agrees."""
+    saved = torch.load(Path(path).expanduser(), map_location="cpu", weights_only=True)
+    digest = hashlib.sha256()
+    for name, tensor in saved["state_dict"].items():
+        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+        digest.update(tensor.contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 class _FeatureMap(nn.Module):

@@ -12,10 +12,12 @@ import torch.multiprocessing as mp
 from torch import Tensor
 from torchmetrics.image.fid import FrechetInceptionDistance
 
+from lightning_dpot.metrics.evaluators import FrechetEvaluator
 from lightning_dpot.metrics.fid import (
     INCEPTION_WEIGHTS_FILENAME,
     ClassifierFrechetDistance,
     InceptionFID,
+    classifier_weights_sha256,
     frechet_distance,
     load_or_train_feature_classifier,
     to_inception_input,
@@ -29,6 +31,31 @@ def classifier_file(tmp_path_factory: pytest.TempPathFactory, digit_tensors) -> 
     path = tmp_path_factory.mktemp("fd") / "feature_classifier.pt"
     load_or_train_feature_classifier(path, images[:3000], labels[:3000], epochs=2, seed=0)
     return path
+
+
+def test_the_classifier_fd_names_its_weights_and_other_weights_rescale_it(
+    classifier_file: Path, digit_tensors, tmp_path: Path
+) -> None:
+    """The FD's scale belongs to one classifier: the evaluator reports the weights' digest (the
+    same for a copy of the file, another for a classifier trained with another seed), and the
+    same samples score differently on the other weights."""
+    images, labels = digit_tensors
+    copy = tmp_path / "copy.pt"
+    copy.write_bytes(classifier_file.read_bytes())
+    other = tmp_path / "seed1.pt"
+    load_or_train_feature_classifier(other, images[:3000], labels[:3000], epochs=2, seed=1)
+    real, fake = images[3000:3500], images[4000:4500].flip(-1)
+    described = {}
+    for path in (classifier_file, copy, other):
+        evaluator = FrechetEvaluator("classifier", classifier_path=str(path))
+        evaluator.set_reference(real, labels[3000:3500])
+        described[path] = {**evaluator.score(fake), **evaluator.describe()}
+    first, same, seed1 = (described[p] for p in (classifier_file, copy, other))
+    assert first["features_sha256"] == classifier_weights_sha256(classifier_file)
+    assert same["features_sha256"] == first["features_sha256"]
+    assert same["fd_classifier"] == pytest.approx(first["fd_classifier"], rel=1e-6)
+    assert seed1["features_sha256"] != first["features_sha256"]
+    assert seed1["fd_classifier"] != pytest.approx(first["fd_classifier"], rel=1e-3)
 
 
 def _fd(path: Path, real: Tensor, fake: Tensor) -> float:
