@@ -287,9 +287,8 @@ def test_the_table_names_the_feature_classifier_and_warns_when_cells_used_differ
     assert "⚠ FD (classifier)" in two and "ab12, cd34" in two
     old = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("b", 0, None)]))
     assert "⚠ FD (classifier)" in old and "ab12, unrecorded" in old
-    assert "FD (classifier)" not in markdown_table(
-        suite, aggregate([{**cell("a", 0, None), "metrics": {"w2": 1.0}}])
-    ).split("## ")[0]
+    unscored = aggregate([{**cell("a", 0, None), "metrics": {"w2": 1.0}}])
+    assert "FD (classifier)" not in markdown_table(suite, unscored).split("## ")[0]
 
 
 def test_the_suites_read_one_published_table_each_for_its_own_methods(tmp_path):
