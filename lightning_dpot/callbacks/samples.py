@@ -23,6 +23,16 @@ from lightning_dpot.generative import draw, record_shape
 from lightning_dpot.grids import ImageLogger, images_to_grid, is_image_batch, save_figure
 
 
+def _state_signature(pl_module: L.LightningModule) -> tuple[float, ...]:
+    """A cheap fingerprint of the module's floating-point state (one sum per tensor): equal
+    while the weights are unchanged, different once a callback has replaced them."""
+    return tuple(
+        float(t.detach().double().sum())
+        for t in pl_module.state_dict().values()
+        if t.is_floating_point()
+    )
+
+
 def _is_point_batch(samples: Tensor) -> bool:
     """Whether ``samples`` are 2-D points ``(K, 2)``."""
     return samples.ndim == 2 and samples.shape[1] == 2
@@ -39,7 +49,8 @@ class SampleGrid(Callback):
 
     Args:
         num_samples: K, the number of images in the grid (points in the scatter plot).
-        every_n_epochs: save a grid after every n-th training epoch (and always at the end).
+        every_n_epochs: save a grid after every n-th training epoch, and at the end whenever the
+            model differs from the last grid's.
         seed: seed of the draw, the same for every grid.
         nrow: images per grid row (default ⌈√K⌉).
         key: name of the logged image.
@@ -70,7 +81,7 @@ class SampleGrid(Callback):
         self.seed = int(seed)
         self.nrow = None if nrow is None else check_positive_int("nrow", nrow)
         self.key = key
-        self._last_saved_step: int | None = None
+        self._last_saved: tuple[int, tuple[float, ...]] | None = None  # (step, state)
 
     def generate(self, pl_module: L.LightningModule) -> Tensor:
         """The K samples of the fixed seed (the module's train/eval mode is kept)."""
@@ -100,6 +111,7 @@ class SampleGrid(Callback):
         """
         # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
         log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        self._last_saved = (trainer.global_step, _state_signature(pl_module))
         if not trainer.is_global_zero:
             return None
         samples = self.generate(pl_module)
@@ -116,7 +128,6 @@ class SampleGrid(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, ImageLogger):
                 logger.log_image(key=self.key, images=[str(path)], step=trainer.global_step)
-        self._last_saved_step = trainer.global_step
         return path
 
     @staticmethod
@@ -152,5 +163,13 @@ class SampleGrid(Callback):
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._last_saved_step != trainer.global_step:
-            self.save_grid(trainer, pl_module, f"epoch{trainer.current_epoch}")
+        """The final model's grid, unless the last grid already shows it. A fit that ends
+        between epochs gets ``samples_epoch{E}.png``; weights replaced after the last epoch's
+        grid (Lightning's ``EMAWeightAveraging`` copies its average in at ``on_train_end``) get
+        ``samples_final.png``, so ``samples.png`` is always the model the run leaves."""
+        state = (trainer.global_step, _state_signature(pl_module))
+        if self._last_saved == state:
+            return
+        same_step = self._last_saved is not None and self._last_saved[0] == state[0]
+        tag = "final" if same_step else f"epoch{trainer.current_epoch}"
+        self.save_grid(trainer, pl_module, tag)

@@ -104,6 +104,38 @@ def test_fit_saves_a_grid_per_epoch_and_at_the_end(tmp_path):
     assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png"]
 
 
+def test_weights_averaged_after_the_last_grid_get_a_final_grid_of_the_model_left(tmp_path):
+    """Lightning's EMAWeightAveraging copies its average into the module at on_train_end, after
+    the last epoch's grid: samples.png must show that model, not the one before."""
+    from lightning.pytorch.callbacks import EMAWeightAveraging
+
+    dm = PrivatizedDataModule(
+        Digits(), "laplace", noise_scale=0.5, batch_size=64, cache_dir=str(tmp_path / "c")
+    )
+    grid = SampleGrid(num_samples=16, every_n_epochs=1)
+    trainer = L.Trainer(
+        max_epochs=2,
+        limit_train_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+        callbacks=[grid, EMAWeightAveraging(decay=0.5)],
+    )
+    module = _image_module()
+    trainer.fit(module, datamodule=dm)
+    names = sorted(p.name for p in tmp_path.glob("samples*.png"))
+    assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png", "samples_final.png"]
+    final = (tmp_path / "samples.png").read_bytes()
+    assert final == (tmp_path / "samples_final.png").read_bytes()
+    assert final != (tmp_path / "samples_epoch1.png").read_bytes()
+    from torchvision.utils import save_image
+
+    save_image(images_to_grid(grid.generate(module), grid.nrow), tmp_path / "left.png")
+    assert final == (tmp_path / "left.png").read_bytes()  # the grid of the model the fit left
+
+
 def test_fit_on_2d_records_saves_scatter_plots_of_the_same_points(tmp_path):
     """The quickstart's kind of run (2-D points): a scatter plot per epoch, and the plotted
     points are the fixed-seed samples."""
