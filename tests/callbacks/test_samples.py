@@ -85,21 +85,28 @@ def test_save_grid_writes_pngs_and_logs_to_image_loggers(tmp_path):
     assert logger.calls == [("samples", [str(path)], 7)]
 
 
-def test_fit_saves_a_grid_per_epoch_and_at_the_end(tmp_path):
+def _fit_two_epochs(tmp_path, callbacks, batches=1):
+    """The tiny image module fitted for two epochs of ``batches`` batches; returns it."""
     dm = PrivatizedDataModule(
         Digits(), "laplace", noise_scale=0.5, batch_size=64, cache_dir=str(tmp_path / "c")
     )
     trainer = L.Trainer(
         max_epochs=2,
-        limit_train_batches=1,
+        limit_train_batches=batches,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=str(tmp_path),
-        callbacks=[SampleGrid(num_samples=16, every_n_epochs=1)],
+        callbacks=callbacks,
     )
-    trainer.fit(_image_module(), datamodule=dm)
+    module = _image_module()
+    trainer.fit(module, datamodule=dm)
+    return module
+
+
+def test_fit_saves_a_grid_per_epoch_and_at_the_end(tmp_path):
+    _fit_two_epochs(tmp_path, [SampleGrid(num_samples=16, every_n_epochs=1)])
     names = sorted(p.name for p in tmp_path.glob("samples*.png"))
     assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png"]
 
@@ -109,22 +116,8 @@ def test_weights_averaged_after_the_last_grid_get_a_final_grid_of_the_model_left
     the last epoch's grid: samples.png must show that model, not the one before."""
     from lightning.pytorch.callbacks import EMAWeightAveraging
 
-    dm = PrivatizedDataModule(
-        Digits(), "laplace", noise_scale=0.5, batch_size=64, cache_dir=str(tmp_path / "c")
-    )
     grid = SampleGrid(num_samples=16, every_n_epochs=1)
-    trainer = L.Trainer(
-        max_epochs=2,
-        limit_train_batches=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=str(tmp_path),
-        callbacks=[grid, EMAWeightAveraging(decay=0.5)],
-    )
-    module = _image_module()
-    trainer.fit(module, datamodule=dm)
+    module = _fit_two_epochs(tmp_path, [grid, EMAWeightAveraging(decay=0.5)], batches=2)
     names = sorted(p.name for p in tmp_path.glob("samples*.png"))
     assert names == ["samples.png", "samples_epoch0.png", "samples_epoch1.png", "samples_final.png"]
     final = (tmp_path / "samples.png").read_bytes()

@@ -253,6 +253,43 @@ def test_callback_stops_at_the_largest_step_within_the_target(tmp_path: Path):
     assert report["noise_multiplier"] == SIGMA and report["sample_rate"] == Q
 
 
+def test_an_averaged_generator_is_post_processing_and_is_what_the_run_exports(tmp_path: Path):
+    """Lightning's EMAWeightAveraging (the 30-minute recipe's) averages generators the run has
+    already released: the accountant composes the same releases as without it, the model left
+    at the end, generator.pt and the last checkpoint's state_dict hold the average, and the
+    checkpoint keeps the raw weights (current_model_state) for a resume."""
+    from lightning.pytorch.callbacks import EMAWeightAveraging, ModelCheckpoint
+
+    from lightning_dpot.callbacks import RunArtifacts, RunReport
+
+    plain = PrivacyAccountantCallback(TARGET, DELTA)
+    torch.manual_seed(0)
+    tiny_trainer(tmp_path / "plain", [plain]).fit(
+        tiny_module(noise_multiplier=SIGMA), CentralDPDataModule(TinyImages(200), sample_rate=Q)
+    )
+    accountant, average = PrivacyAccountantCallback(TARGET, DELTA), EMAWeightAveraging(decay=0.9)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=1, save_last=True)
+    module = tiny_module(noise_multiplier=SIGMA)
+    torch.manual_seed(0)
+    trainer = tiny_trainer(
+        tmp_path / "ema",
+        [accountant, average, RunReport(), RunArtifacts(), checkpoints],
+        enable_checkpointing=True,
+    )
+    trainer.fit(module, CentralDPDataModule(TinyImages(200), sample_rate=Q))
+    assert accountant.accountant.steps == plain.accountant.steps == trainer.global_step
+    assert accountant.epsilon() == plain.epsilon()
+    final = {f"generator.{k}": v for k, v in module.generator.state_dict().items()}
+    averaged = average._average_model.module.generator.state_dict()
+    assert all(torch.equal(final[f"generator.{k}"], v) for k, v in averaged.items())
+    exported = torch.jit.load(tmp_path / "ema" / "generator.pt").state_dict()
+    assert all(torch.equal(exported[k], v) for k, v in final.items())
+    last = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert all(torch.equal(last["state_dict"][k], v) for k, v in final.items())
+    raw = last["current_model_state"]
+    assert any(not torch.equal(raw[k], v) for k, v in final.items() if v.is_floating_point())
+
+
 def _ddp_run(root: Path, devices: int) -> dict:
     module = tiny_module(noise_multiplier=SIGMA)
     trainer = tiny_trainer(
