@@ -281,14 +281,17 @@ def test_the_table_names_the_feature_classifier_and_warns_when_cells_used_differ
         }  # fmt: skip
 
     one = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("b", 0, "ab12")]))
-    assert "one feature classifier for every cell, weights sha256 ab12" in one
+    assert "one feature classifier for these cells, weights sha256 ab12" in one
     assert "⚠ FD (classifier)" not in one
     two = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("a", 1, "cd34")]))
     assert "⚠ FD (classifier)" in two and "ab12, cd34" in two
     old = markdown_table(suite, aggregate([cell("a", 0, "ab12"), cell("b", 0, None)]))
     assert "⚠ FD (classifier)" in old and "ab12, unrecorded" in old
     unscored = aggregate([{**cell("a", 0, None), "metrics": {"w2": 1.0}}])
-    assert "FD (classifier)" not in markdown_table(suite, unscored).split("## ")[0]
+    assert "FD (classifier)" not in markdown_table(suite, unscored)
+    other = {**cell("b", 0, "cd34"), "source": "mnist"}  # its own split, its own classifier
+    two_sources = markdown_table(suite, aggregate([cell("a", 0, "ab12"), other]))
+    assert "⚠" not in two_sources and two_sources.count("one feature classifier") == 2
 
 
 def test_the_suites_read_one_published_table_each_for_its_own_methods(tmp_path):

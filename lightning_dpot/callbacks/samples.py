@@ -9,6 +9,7 @@ post-processing of the trained model: no privacy cost.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -23,14 +24,14 @@ from lightning_dpot.generative import draw, record_shape
 from lightning_dpot.grids import ImageLogger, images_to_grid, is_image_batch, save_figure
 
 
-def _state_signature(pl_module: L.LightningModule) -> tuple[float, ...]:
-    """A cheap fingerprint of the module's floating-point state (one sum per tensor): equal
-    while the weights are unchanged, different once a callback has replaced them."""
-    return tuple(
-        float(t.detach().double().sum())
-        for t in pl_module.state_dict().values()
-        if t.is_floating_point()
-    )
+def _weights_signature(pl_module: L.LightningModule) -> str:
+    """A digest of the module's parameters: equal while the weights are unchanged (drawing
+    samples does not move them, even where it updates batch-norm statistics), different once a
+    callback has replaced them; the same on every DDP rank."""
+    digest = hashlib.sha1()
+    for parameter in pl_module.parameters():
+        digest.update(parameter.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _is_point_batch(samples: Tensor) -> bool:
@@ -81,7 +82,7 @@ class SampleGrid(Callback):
         self.seed = int(seed)
         self.nrow = None if nrow is None else check_positive_int("nrow", nrow)
         self.key = key
-        self._last_saved: tuple[int, tuple[float, ...]] | None = None  # (step, state)
+        self._last_saved: tuple[int, str] | None = None  # (step, weights)
 
     def generate(self, pl_module: L.LightningModule) -> Tensor:
         """The K samples of the fixed seed (the module's train/eval mode is kept)."""
@@ -111,7 +112,7 @@ class SampleGrid(Callback):
         """
         # trainer.log_dir broadcasts under DDP: every rank reads it before the rank check.
         log_dir = Path(trainer.log_dir or trainer.default_root_dir)
-        self._last_saved = (trainer.global_step, _state_signature(pl_module))
+        self._last_saved = (trainer.global_step, _weights_signature(pl_module))
         if not trainer.is_global_zero:
             return None
         samples = self.generate(pl_module)
@@ -167,7 +168,7 @@ class SampleGrid(Callback):
         between epochs gets ``samples_epoch{E}.png``; weights replaced after the last epoch's
         grid (Lightning's ``EMAWeightAveraging`` copies its average in at ``on_train_end``) get
         ``samples_final.png``, so ``samples.png`` is always the model the run leaves."""
-        state = (trainer.global_step, _state_signature(pl_module))
+        state = (trainer.global_step, _weights_signature(pl_module))
         if self._last_saved == state:
             return
         same_step = self._last_saved is not None and self._last_saved[0] == state[0]

@@ -172,10 +172,10 @@ def markdown_table(suite: Suite, rows: list[dict]) -> str:
             "not at equal privacy with the others (see the cells' report.json).",
             "",
         ]
-    lines += _feature_classifier_note(rows)
     for source in dict.fromkeys(r["source"] for r in rows):
         lines += [f"## {source}", ""]
         here = [r for r in rows if r["source"] == source]
+        lines += _feature_classifier_note(here)  # each source's held-out split has its own
         present = [m for m in METRICS if any(r["metrics"].get(m[0]) for r in here)]
         per_classifier = sorted(
             {k for r in here for k in r["metrics"] if k.startswith("utility_")} - {"utility_mean"}
@@ -228,7 +228,7 @@ def _feature_classifier_note(rows: list[dict]) -> list[str]:
         return []
     if len(weights) == 1 and weights[0] != "unrecorded":
         return [
-            f"> FD (classifier): one feature classifier for every cell, weights sha256 "
+            f"> FD (classifier): one feature classifier for these cells, weights sha256 "
             f"{weights[0]}. Compare these values with each other, or with a run scored on the "
             "same file (evaluation.frechet.classifier_path); a classifier trained with another "
             "seed rescales them.",
